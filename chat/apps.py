@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class ChatConfig(AppConfig):
+    name = "chat"
+    verbose_name = "Chat"

@@ -1,0 +1,32 @@
+"""What the store refuses, with a message a person can read."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """A request to the store that cannot be carried out; ``str()`` says why."""
+
+
+class ReplyInProgress(StoreError):
+    def __init__(self) -> None:
+        super().__init__("A reply is already running in this session; wait for it or stop it first.")
+
+
+class NothingToTakeBack(StoreError):
+    def __init__(self) -> None:
+        super().__init__("There is no turn to take back.")
+
+
+class TurnNotFound(StoreError):
+    def __init__(self, number: int) -> None:
+        super().__init__(f"This session has no live turn {number}.")
+
+
+class EmptySummary(StoreError):
+    def __init__(self) -> None:
+        super().__init__("The model wrote no summary, so nothing was compacted.")
+
+
+class NothingToCompact(StoreError):
+    def __init__(self) -> None:
+        super().__init__("There is nothing to compact yet.")

@@ -1,0 +1,50 @@
+"""``manage.py serve``: migrate, seed what the environment configures, then run Cachet under Daphne."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from sessions_app.services.setup import admin_seed, endpoint_seed, workspaces_seed
+
+
+class Command(BaseCommand):
+    help = "Migrate, seed workspaces, the model endpoint and the first admin, then serve under Daphne."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=os.environ.get("CACHET_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("CACHET_PORT", "8000")))
+        parser.add_argument("--no-serve", action="store_true", help="set up, then exit without serving")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        workspaces = workspaces_seed(
+            spec=settings.CACHET_WORKSPACES, default_folder=settings.CACHET_DATA / "workspaces" / "scratch"
+        )
+        endpoint = endpoint_seed(base_url=settings.CACHET_MODEL_URL, model=settings.CACHET_MODEL)
+        password = admin_seed()
+        url = f"http://{options['host']}:{options['port']}/"
+        for workspace in workspaces:
+            self.stdout.write(f"Workspace {workspace.name}: {workspace.folder}")
+        self.stdout.write(
+            f"Model endpoint {endpoint.name}: {endpoint.base_url} {endpoint.model or '(from /v1/models)'}"
+        )
+        if password is not None:
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Created the admin account. Log in at {url} as admin with password {password}"
+                )
+            )
+            self.stdout.write("Change it with: python manage.py changepassword admin")
+        if options["no_serve"]:
+            return
+        self.stdout.write(f"Cachet is serving on {url}")
+        from daphne.cli import CommandLineInterface
+
+        CommandLineInterface().run(
+            ["-b", options["host"], "-p", str(options["port"]), "cachet.asgi:application"]
+        )

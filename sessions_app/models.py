@@ -1,0 +1,260 @@
+"""The session store: what was said, what tools answered, and every request sent to a model."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Workspace(models.Model):
+    """A folder on the server the model's tools act in. With no members, every user may use it."""
+
+    name = models.CharField(max_length=100, unique=True)
+    folder = models.CharField(max_length=1000)
+    allow_commands = models.BooleanField(default=False)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="workspaces")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ModelEndpoint(models.Model):
+    """An OpenAI-compatible server. An empty ``model`` is taken from its ``/v1/models``."""
+
+    name = models.CharField(max_length=100, unique=True)
+    base_url = models.URLField(max_length=500)
+    api_key = models.CharField(max_length=500, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    context_window = models.PositiveIntegerField(default=8192)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Mode(models.TextChoices):
+    PLAN = "plan", "plan"
+    EDIT = "edit", "edit"
+    FULL = "full", "full"
+
+
+class ChatSession(models.Model):
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="sessions")
+    endpoint = models.ForeignKey(ModelEndpoint, on_delete=models.PROTECT, related_name="sessions")
+    model_name = models.CharField(max_length=200)
+    mode = models.CharField(max_length=8, choices=Mode.choices, default=Mode.EDIT)
+    next_result_number = models.PositiveIntegerField(default=1)
+    next_turn_number = models.PositiveIntegerField(default=1)
+    generation_number = models.PositiveIntegerField(default=1)
+    last_request_body = models.BinaryField(default=b"", editable=False)
+    pending_breaks = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["owner", "-updated_at"])]
+
+    def __str__(self) -> str:
+        return self.title or f"Session {self.pk}"
+
+
+class Generation(models.Model):
+    """A frozen system prompt and tool list; a compaction or a change of model starts the next one."""
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="generations")
+    number = models.PositiveIntegerField()
+    system_prompt = models.TextField()
+    system_prompt_sha256 = models.CharField(max_length=64)
+    tools_json = models.TextField()
+    mode = models.CharField(max_length=8, choices=Mode.choices)
+    model_name = models.CharField(max_length=200)
+    summary = models.TextField(blank=True)
+    table = models.TextField(blank=True)
+    covers_through_turn = models.PositiveIntegerField(null=True, blank=True)
+    taken_back = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["session", "number"]
+        constraints = [models.UniqueConstraint(fields=["session", "number"], name="generation_unique_number")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} generation {self.number}"
+
+
+class TurnStatus(models.TextChoices):
+    OPEN = "open", "open"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+    INTERRUPTED = "interrupted", "interrupted"
+    TAKEN_BACK = "taken_back", "taken back"
+
+
+class Turn(models.Model):
+    """The person's message, as stored with its note, and the model's whole reply to it."""
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="turns")
+    number = models.PositiveIntegerField()
+    generation = models.ForeignKey(Generation, on_delete=models.PROTECT, related_name="turns")
+    words = models.TextField()
+    message = models.TextField()
+    note_date = models.CharField(max_length=10, blank=True)
+    note_mode = models.CharField(max_length=8, blank=True)
+    note_instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 - None: not mentioned, "": removed
+    mode = models.CharField(max_length=8, choices=Mode.choices)
+    reply_text = models.TextField(blank=True)
+    status = models.CharField(max_length=12, choices=TurnStatus.choices, default=TurnStatus.OPEN)
+    error = models.TextField(blank=True)
+    taken_back_by = models.CharField(max_length=12, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["session", "number"]
+        constraints = [models.UniqueConstraint(fields=["session", "number"], name="turn_unique_number")]
+        indexes = [models.Index(fields=["session", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} turn {self.number}"
+
+    @property
+    def is_live(self) -> bool:
+        return self.status != TurnStatus.TAKEN_BACK
+
+
+class Step(models.Model):
+    """One request's answer within a reply: its text, reasoning and tool calls as the model sent them."""
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="steps")
+    number = models.PositiveIntegerField()
+    text = models.TextField(blank=True)
+    reasoning = models.TextField(blank=True)
+    tool_calls = models.JSONField(default=list)
+    finish_reason = models.CharField(max_length=40, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["turn", "number"]
+        constraints = [models.UniqueConstraint(fields=["turn", "number"], name="step_unique_number")]
+
+    def __str__(self) -> str:
+        return f"{self.turn} step {self.number}"
+
+
+class ResultKind(models.TextChoices):
+    READ = "read", "read"
+    STUB = "stub", "stub"
+    LISTING = "listing", "listing"
+    SAME = "same", "same result"
+    EDIT = "edit", "edit"
+    OUTPUT = "output", "output"
+    RECALL = "recall", "recall"
+    ERROR = "error", "error"
+
+
+class Result(models.Model):
+    """A tool result, kept whole: the full text and the text the model was sent. Never edited."""
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="results")
+    number = models.PositiveIntegerField()
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="results")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="results", null=True, blank=True)
+    call_id = models.CharField(max_length=200, blank=True)
+    tool = models.CharField(max_length=100)
+    arguments = models.JSONField(null=True, blank=True)
+    arguments_raw = models.TextField(blank=True)
+    args_key = models.TextField(blank=True)
+    kind = models.CharField(max_length=8, choices=ResultKind.choices)
+    full_text = models.TextField(blank=True)
+    inserted_text = models.TextField()
+    refers_to = models.PositiveIntegerField(null=True, blank=True)
+    stale = models.JSONField(default=list, blank=True)
+    changed_files = models.JSONField(default=list, blank=True)
+    path = models.TextField(blank=True)
+    abs_path = models.TextField(blank=True)
+    first_line = models.PositiveIntegerField(null=True, blank=True)
+    last_line = models.PositiveIntegerField(null=True, blank=True)
+    total_lines = models.PositiveIntegerField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["session", "number"]
+        constraints = [models.UniqueConstraint(fields=["session", "number"], name="result_unique_number")]
+        indexes = [
+            models.Index(fields=["tool"]),
+            models.Index(fields=["kind"]),
+            models.Index(fields=["session", "abs_path"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} result {self.number}"
+
+
+class RequestKind(models.TextChoices):
+    REPLY = "reply", "reply"
+    COMPACTION = "compaction", "compaction"
+
+
+class BreakCause(models.TextChoices):
+    FIRST = "first", "first request"
+    NEW_TURN = "new_turn", "new turn"
+    UNDO = "undo", "undo"
+    REWIND = "rewind", "rewind"
+    REGENERATE = "regenerate", "regenerate"
+    COMPACTION = "compaction", "compaction"
+    MODEL_CHANGE = "model_change", "model change"
+    UNEXPECTED = "unexpected", "unexpected"
+
+
+class RequestStatus(models.TextChoices):
+    SENDING = "sending", "sending"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+
+
+class ModelRequest(models.Model):
+    """One request to a model: written before it is sent, completed after."""
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="model_requests")
+    turn = models.ForeignKey(Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="requests")
+    step_number = models.PositiveIntegerField(default=0)
+    kind = models.CharField(max_length=12, choices=RequestKind.choices, default=RequestKind.REPLY)
+    endpoint_url = models.CharField(max_length=500)
+    model_name = models.CharField(max_length=200)
+    body_sha256 = models.CharField(max_length=64)
+    bytes_sent = models.PositiveIntegerField()
+    shared_prefix_bytes = models.PositiveIntegerField()
+    break_cause = models.CharField(max_length=14, choices=BreakCause.choices, blank=True)
+    expected_shared_bytes = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=8, choices=RequestStatus.choices, default=RequestStatus.SENDING)
+    error = models.TextField(blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    time_to_first_token = models.FloatField(null=True, blank=True)
+    total_time = models.FloatField(null=True, blank=True)
+    usage = models.JSONField(null=True, blank=True)
+    timings = models.JSONField(null=True, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["session", "id"]
+        indexes = [models.Index(fields=["session", "id"]), models.Index(fields=["break_cause"])]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} request {self.pk}"

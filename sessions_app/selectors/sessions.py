@@ -1,0 +1,57 @@
+"""Reads of sessions, turns and results; every one takes the owner unless it serves the store itself."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Q, QuerySet
+
+from sessions_app.models import ChatSession, Generation, Result, Turn, TurnStatus, Workspace
+
+
+def session_list(*, owner: AbstractBaseUser | AnonymousUser) -> QuerySet[ChatSession]:
+    return ChatSession.objects.filter(owner_id=owner.pk).select_related("workspace", "endpoint")
+
+
+def session_get(*, owner: AbstractBaseUser | AnonymousUser, session_id: int) -> ChatSession | None:
+    """The session if ``owner`` owns it, else ``None`` (so others see a 404, never a 403)."""
+    return session_list(owner=owner).filter(pk=session_id).first()
+
+
+def workspaces_for(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Workspace]:
+    return Workspace.objects.filter(Q(members=None) | Q(members=user.pk)).distinct()
+
+
+def current_generation(session: ChatSession) -> Generation:
+    return Generation.objects.get(session=session, number=session.generation_number)
+
+
+def history_turns(session: ChatSession, *, generation: Generation | None = None) -> QuerySet[Turn]:
+    """Live turns the current generation's requests carry, oldest first."""
+    generation = generation or current_generation(session)
+    turns = Turn.objects.filter(session=session).exclude(status=TurnStatus.TAKEN_BACK)
+    if generation.covers_through_turn is not None:
+        turns = turns.filter(number__gt=generation.covers_through_turn)
+    return turns.order_by("number")
+
+
+def open_turn(session: ChatSession) -> Turn | None:
+    return Turn.objects.filter(session=session, status=TurnStatus.OPEN).order_by("-number").first()
+
+
+def last_live_turn(session: ChatSession) -> Turn | None:
+    return (
+        Turn.objects.filter(session=session).exclude(status=TurnStatus.TAKEN_BACK).order_by("-number").first()
+    )
+
+
+def session_turns(*, owner: AbstractBaseUser | AnonymousUser, session: ChatSession) -> QuerySet[Turn]:
+    return Turn.objects.filter(session=session, session__owner_id=owner.pk).order_by("number")
+
+
+def result_get(*, owner: AbstractBaseUser | AnonymousUser, session_id: int, number: int) -> Result | None:
+    return Result.objects.filter(session_id=session_id, session__owner_id=owner.pk, number=number).first()
+
+
+def stored_full_text(session: ChatSession, number: int) -> str | None:
+    """The full text of result ``number`` of ``session`` for ``recall``: taken-back turns' results too."""
+    return Result.objects.filter(session=session, number=number).values_list("full_text", flat=True).first()

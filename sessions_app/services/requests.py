@@ -1,0 +1,150 @@
+"""Records of the requests sent to models: how much each shares with the one before, and why it breaks."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from sessions_app.models import BreakCause, ChatSession, ModelRequest, RequestStatus, Turn
+from sessions_app.selectors.requests import BuiltRequest
+
+logger = logging.getLogger(__name__)
+
+
+def shared_prefix_bytes(previous: bytes, current: bytes) -> int:
+    """How many bytes, from the first, ``current`` has in common with ``previous``."""
+    limit = min(len(previous), len(current))
+    low, high = 0, limit
+    while low < high:
+        middle = (low + high + 1) // 2
+        if previous[:middle] == current[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+@dataclass(frozen=True)
+class PrefixVerdict:
+    shared_prefix_bytes: int
+    expected_shared_bytes: int
+    cause: str
+
+
+def _break_boundary(pending: dict[str, Any], built: BuiltRequest) -> int:
+    """The byte offset up to which a request must still match the one before, given what happened."""
+    cause = pending["cause"]
+    if cause == BreakCause.MODEL_CHANGE:
+        return 0
+    if cause == BreakCause.COMPACTION or pending.get("generation_changed"):
+        return built.message_offsets[0]
+    first_taken_back = int(pending["turn"])
+    earlier = [index for number, index in built.turn_user_index.items() if number < first_taken_back]
+    if not earlier:
+        return built.message_end(0)
+    return (
+        built.message_end(max(earlier) + 1) if max(earlier) + 1 < len(built.messages) else len(built.body) - 2
+    )
+
+
+def prefix_verdict(
+    *, previous: bytes, built: BuiltRequest, previous_turn: int | None, pending: list[dict[str, Any]]
+) -> PrefixVerdict:
+    """Say whether ``built`` continues ``previous`` and, where it does not, whether the break is allowed."""
+    shared = shared_prefix_bytes(previous, built.body)
+    if not previous:
+        return PrefixVerdict(shared, 0, BreakCause.FIRST)
+    if built.body.startswith(previous[:-2]):
+        return PrefixVerdict(shared, len(previous) - 2, "")
+    candidates: list[tuple[int, str]] = []
+    for item in pending:
+        candidates.append((_break_boundary(item, built), str(item["cause"])))
+    if previous_turn is not None and previous_turn in built.turn_user_index:
+        candidates.append((built.message_end(built.turn_user_index[previous_turn]), BreakCause.NEW_TURN))
+    if not candidates:
+        return PrefixVerdict(shared, len(previous) - 2, BreakCause.UNEXPECTED)
+    boundary, cause = min(candidates)
+    if shared < boundary:
+        return PrefixVerdict(shared, boundary, BreakCause.UNEXPECTED)
+    return PrefixVerdict(shared, boundary, cause)
+
+
+@transaction.atomic
+def request_record_start(
+    *,
+    session: ChatSession,
+    turn: Turn | None,
+    step_number: int,
+    kind: str,
+    built: BuiltRequest,
+    endpoint_url: str,
+    model_name: str,
+) -> ModelRequest:
+    """Write the request's row before it is sent, with its prefix verdict; the session remembers its bytes."""
+    session = ChatSession.objects.select_for_update(no_key=True).get(pk=session.pk)
+    last = ModelRequest.objects.filter(session=session).order_by("-id").first()
+    verdict = prefix_verdict(
+        previous=bytes(session.last_request_body),
+        built=built,
+        previous_turn=last.turn.number if last is not None and last.turn is not None else None,
+        pending=list(session.pending_breaks),
+    )
+    if verdict.cause == BreakCause.UNEXPECTED:
+        log = logger.error if settings.DEBUG else logger.warning
+        log(
+            "session %s: request shares %d bytes with the one before, expected at least %d",
+            session.pk,
+            verdict.shared_prefix_bytes,
+            verdict.expected_shared_bytes,
+        )
+    request = ModelRequest.objects.create(
+        session=session,
+        turn=turn,
+        step_number=step_number,
+        kind=kind,
+        endpoint_url=endpoint_url,
+        model_name=model_name,
+        body_sha256=hashlib.sha256(built.body).hexdigest(),
+        bytes_sent=len(built.body),
+        shared_prefix_bytes=verdict.shared_prefix_bytes,
+        expected_shared_bytes=verdict.expected_shared_bytes,
+        break_cause=verdict.cause,
+    )
+    session.last_request_body = built.body
+    session.pending_breaks = []
+    session.save(update_fields=["last_request_body", "pending_breaks", "updated_at"])
+    return request
+
+
+@transaction.atomic
+def request_record_finish(
+    *,
+    request: ModelRequest,
+    prompt_tokens: int | None,
+    cached_tokens: int | None,
+    completion_tokens: int | None,
+    time_to_first_token: float | None,
+    total_time: float | None,
+    usage: dict[str, Any] | None,
+    timings: dict[str, Any] | None,
+    error: str = "",
+) -> ModelRequest:
+    """Complete the row with what the server reported; an ``error`` marks it failed."""
+    request.prompt_tokens = prompt_tokens
+    request.cached_tokens = cached_tokens
+    request.completion_tokens = completion_tokens
+    request.time_to_first_token = time_to_first_token
+    request.total_time = total_time
+    request.usage = usage
+    request.timings = timings
+    request.error = error
+    request.status = RequestStatus.FAILED if error else RequestStatus.DONE
+    request.finished_at = timezone.now()
+    request.save()
+    return request

@@ -1,0 +1,105 @@
+"""Inserting a tool result: the one place where the rules turn an outcome into the text the model is sent."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from django.db import transaction
+
+from sessions_app import prompts
+from sessions_app.hygiene import PriorResult, Rendered, args_key, render_result
+from sessions_app.hygiene.config import ContextConfig
+from sessions_app.hygiene.outcomes import EditOutcome, Outcome, ReadOutcome
+from sessions_app.models import ChatSession, Result, Step, Turn
+
+NUL_STANDIN = "\u2400"
+
+
+def pg_safe(text: str) -> str:
+    """Postgres text cannot hold NUL; the model is sent what is stored, so both see the same stand-in."""
+    return text.replace("\x00", NUL_STANDIN) if "\x00" in text else text
+
+
+def prior_result(result: Result) -> PriorResult:
+    return PriorResult(
+        number=result.number,
+        tool=result.tool,
+        args_key=result.args_key,
+        kind=result.kind,
+        full_text=result.full_text,
+        abs_path=result.abs_path or None,
+        sha256=result.sha256 or None,
+        first_line=result.first_line,
+        last_line=result.last_line,
+        changed_files=tuple((change["abs_path"], change["sha256"]) for change in result.changed_files),
+    )
+
+
+def reply_table(turn: Turn) -> list[PriorResult]:
+    """The dedupe table: the results of the reply in progress, which are all in the request being built."""
+    return [prior_result(result) for result in Result.objects.filter(turn=turn).order_by("number")]
+
+
+@transaction.atomic
+def result_insert(
+    *,
+    turn: Turn,
+    step: Step | None,
+    call_id: str,
+    tool: str,
+    arguments: object,
+    arguments_raw: str,
+    outcome: Outcome,
+    config: ContextConfig | None = None,
+) -> Result:
+    """Give the outcome the session's next id under the session row's lock and store it in full."""
+    session = ChatSession.objects.select_for_update(no_key=True).get(pk=turn.session_id)
+    number = session.next_result_number
+    key = args_key(arguments)
+    rendered: Rendered = render_result(
+        number=number,
+        tool=tool,
+        args_key=key,
+        outcome=outcome,
+        table=reply_table(turn),
+        config=config or prompts.rules_config(),
+    )
+    fields: dict[str, object] = {}
+    if isinstance(outcome, ReadOutcome):
+        fields = {
+            "path": outcome.path,
+            "abs_path": outcome.abs_path,
+            "first_line": outcome.first_line,
+            "last_line": outcome.last_line,
+            "total_lines": outcome.total_lines,
+            "sha256": outcome.sha256,
+        }
+    elif isinstance(outcome, EditOutcome):
+        fields = {
+            "changed_files": [asdict(change) for change in outcome.changes],
+            "path": outcome.changes[0].path if len(outcome.changes) == 1 else "",
+            "abs_path": outcome.changes[0].abs_path if len(outcome.changes) == 1 else "",
+        }
+    result = Result.objects.create(
+        session=session,
+        number=number,
+        turn=turn,
+        step=step,
+        call_id=call_id,
+        tool=tool,
+        arguments=json.loads(json.dumps(arguments).replace("\\u0000", "\\u2400"))
+        if not isinstance(arguments, str)
+        else None,
+        arguments_raw=pg_safe(arguments_raw),
+        args_key=pg_safe(key),
+        kind=rendered.kind,
+        full_text=pg_safe(rendered.full_text),
+        inserted_text=pg_safe(rendered.inserted_text),
+        refers_to=rendered.refers_to,
+        stale=list(rendered.stale),
+        **fields,
+    )
+    session.next_result_number = number + 1
+    session.save(update_fields=["next_result_number", "updated_at"])
+    return result

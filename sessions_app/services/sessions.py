@@ -1,0 +1,118 @@
+"""Starting, renaming and configuring sessions."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from sessions_app import prompts
+from sessions_app.hygiene import system_prompt_with_summary
+from sessions_app.hygiene.config import ContextConfig
+from sessions_app.models import ChatSession, Generation, Mode, ModelEndpoint, Workspace
+from sessions_app.selectors.requests import dumps
+
+
+def generation_create(
+    *,
+    session: ChatSession,
+    number: int,
+    mode: str,
+    model_name: str,
+    tools_json: str,
+    summary: str = "",
+    table: str = "",
+    covers_through_turn: int | None = None,
+    config: ContextConfig | None = None,
+) -> Generation:
+    """A generation with its system prompt built now, as at a session's start, then frozen."""
+    base = prompts.system_prompt(workspace_name=session.workspace.name, model_name=model_name, mode=mode)
+    if summary:
+        system = system_prompt_with_summary(
+            base, summary=summary, table=table, config=config or prompts.rules_config()
+        )
+    else:
+        system = base
+    return Generation.objects.create(
+        session=session,
+        number=number,
+        system_prompt=system,
+        system_prompt_sha256=hashlib.sha256(system.encode()).hexdigest(),
+        tools_json=tools_json,
+        mode=mode,
+        model_name=model_name,
+        summary=summary,
+        table=table,
+        covers_through_turn=covers_through_turn,
+    )
+
+
+@transaction.atomic
+def session_start(
+    *,
+    owner: User,
+    workspace: Workspace,
+    endpoint: ModelEndpoint,
+    model_name: str,
+    tools: list[dict[str, Any]],
+    mode: str = Mode.EDIT,
+    title: str = "",
+) -> ChatSession:
+    """A new session whose system prompt and tool list are frozen into generation 1."""
+    session = ChatSession.objects.create(
+        owner=owner, title=title, workspace=workspace, endpoint=endpoint, model_name=model_name, mode=mode
+    )
+    generation_create(session=session, number=1, mode=mode, model_name=model_name, tools_json=dumps(tools))
+    return session
+
+
+@transaction.atomic
+def session_rename(*, session: ChatSession, title: str) -> ChatSession:
+    session.title = title.strip()[:200]
+    session.save(update_fields=["title", "updated_at"])
+    return session
+
+
+@transaction.atomic
+def session_set_mode(*, session: ChatSession, mode: str) -> ChatSession:
+    """The new mode takes effect as a note on the next message; the system prompt stays as it is."""
+    if mode not in Mode.values:
+        raise ValueError(f"Unknown mode {mode!r}; the modes are {', '.join(Mode.values)}.")
+    session.mode = mode
+    session.save(update_fields=["mode", "updated_at"])
+    return session
+
+
+@transaction.atomic
+def session_change_model(*, session: ChatSession, endpoint: ModelEndpoint, model_name: str) -> ChatSession:
+    """Move the session to another model: a new generation, its system prompt rebuilt, the history kept."""
+    session = ChatSession.objects.select_for_update(no_key=True).get(pk=session.pk)
+    current = Generation.objects.get(session=session, number=session.generation_number)
+    if endpoint.pk == session.endpoint_id and model_name == session.model_name:
+        return session
+    number = Generation.objects.filter(session=session).count() + 1
+    generation_create(
+        session=session,
+        number=number,
+        mode=session.mode,
+        model_name=model_name,
+        tools_json=current.tools_json,
+        summary=current.summary,
+        table=current.table,
+        covers_through_turn=current.covers_through_turn,
+    )
+    session.endpoint = endpoint
+    session.model_name = model_name
+    session.generation_number = number
+    session.pending_breaks = [*session.pending_breaks, {"cause": "model_change"}]
+    session.save(
+        update_fields=["endpoint", "model_name", "generation_number", "pending_breaks", "updated_at"]
+    )
+    return session
+
+
+@transaction.atomic
+def session_delete(*, session: ChatSession) -> None:
+    session.delete()
