@@ -40,3 +40,57 @@ def chat_session(user: Any, workspace: Workspace, endpoint: ModelEndpoint) -> Ch
     from sessions_app.services.sessions import session_start
 
     return session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="scripted", tools=[])
+
+
+@pytest.fixture
+def scripted() -> Any:
+    from chat.testing.scripted_server import ScriptedServer, Step
+
+    with ScriptedServer(when_empty=Step(fault="http500", text="script exhausted")) as server:
+        yield server
+
+
+@pytest.fixture
+def scripted_session(user: Any, workspace: Workspace, scripted: Any) -> ChatSession:
+    """A session on ``workspace`` whose endpoint is the scripted server, with the real tool list."""
+    from chat.tools import tool_list
+    from sessions_app.services.sessions import session_start
+
+    endpoint = ModelEndpoint.objects.create(
+        name="scripted", base_url=scripted.base_url, model="scripted", context_window=100_000
+    )
+    return session_start(
+        owner=user,
+        workspace=workspace,
+        endpoint=endpoint,
+        model_name="scripted",
+        tools=tool_list(allow_commands=workspace.allow_commands),
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_unexpected_prefix_breaks(request: pytest.FixtureRequest) -> Any:
+    """Every request any test makes must share with the one before what its cause allows."""
+    from django.db.models.signals import post_save
+
+    from sessions_app.models import BreakCause, ModelRequest
+
+    seen: list[ModelRequest] = []
+
+    def record(sender: Any, instance: ModelRequest, created: bool, **kwargs: Any) -> None:
+        if created:
+            seen.append(instance)
+
+    post_save.connect(record, sender=ModelRequest, weak=False, dispatch_uid="prefix-check")
+    try:
+        yield seen
+    finally:
+        post_save.disconnect(sender=ModelRequest, dispatch_uid="prefix-check")
+    if request.node.get_closest_marker("allow_unexpected_break"):
+        return
+    unexpected = [
+        (r.session_id, r.step_number, r.shared_prefix_bytes, r.expected_shared_bytes)
+        for r in seen
+        if r.break_cause == BreakCause.UNEXPECTED
+    ]
+    assert unexpected == [], f"requests broke the prefix unexpectedly: {unexpected}"

@@ -1,0 +1,358 @@
+"""Runs conformance case files (``../shared/CONFORMANCE.md``) against the real store, tools and Postgres.
+
+The runner plays the model's part: it calls tools, ends replies and writes summaries as the steps say.
+Each case runs in a fresh session and workspace folder, inside a transaction that is rolled back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from chat.tools import call_tool, tool_list
+from chat.workspace import read_instructions, tool_context
+from sessions_app import prompts
+from sessions_app.errors import StoreError
+from sessions_app.hygiene.config import ContextConfig
+from sessions_app.models import ChatSession, ModelEndpoint, Turn, Workspace
+from sessions_app.selectors.requests import build_request
+from sessions_app.selectors.sessions import open_turn
+from sessions_app.services.compaction import compaction_apply
+from sessions_app.services.results import result_insert
+from sessions_app.services.sessions import session_set_mode, session_start
+from sessions_app.services.turns import step_record, turn_finish, turn_start
+from sessions_app.services.undo import turn_regenerate, turn_rewind, turn_undo
+
+ACTIONS = (
+    "user",
+    "tool",
+    "reply",
+    "change",
+    "undo",
+    "rewind",
+    "regenerate",
+    "compact",
+    "set_mode",
+    "set_date",
+    "request",
+)
+EXPECTATIONS = (
+    "expect",
+    "expect_first_line",
+    "expect_contains",
+    "expect_not_contains",
+    "expect_full",
+    "expect_roles",
+    "expect_table",
+)
+DEFAULT_DATE = "2026-01-01"
+
+
+class FormatError(Exception):
+    """The file is not a conformance file; ``str()`` says where."""
+
+
+@dataclass
+class CaseResult:
+    name: str
+    failure: str | None = None
+
+    @property
+    def line(self) -> str:
+        return f"ok {self.name}" if self.failure is None else f"FAIL {self.name}: {self.failure}"
+
+
+@dataclass
+class StepText:
+    text: str
+    full: str | None = None
+    roles: list[str] | None = None
+    table: str | None = None
+
+
+class StepFailure(Exception):
+    pass
+
+
+def load_cases(path: Path) -> list[dict[str, Any]]:
+    """The cases of a file, checked for the format; ``FormatError`` otherwise."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise FormatError(f"{path}: {error}") from error
+    if not isinstance(data, dict) or data.get("format") != 1 or not isinstance(data.get("cases"), list):
+        raise FormatError(f'{path}: not a conformance file (needs "format": 1 and a "cases" list)')
+    names: set[str] = set()
+    for index, case in enumerate(data["cases"], start=1):
+        if not isinstance(case, dict) or not isinstance(case.get("name"), str):
+            raise FormatError(f"{path}: case {index} has no name")
+        if case["name"] in names:
+            raise FormatError(f"{path}: case name {case['name']!r} is used twice")
+        names.add(case["name"])
+        steps = case.get("steps")
+        if not isinstance(steps, list) or not steps:
+            raise FormatError(f"{path}: case {case['name']!r} has no steps")
+        for number, step in enumerate(steps, start=1):
+            actions = [key for key in ACTIONS if isinstance(step, dict) and key in step]
+            if len(actions) != 1:
+                raise FormatError(f"{path}: case {case['name']!r} step {number} needs exactly one action")
+    cases: list[dict[str, Any]] = data["cases"]
+    return cases
+
+
+def _make_workspace(root: Path, files: Mapping[str, Any]) -> None:
+    for relative, spec in files.items():
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(spec, str):
+            target.write_bytes(spec.encode("utf-8"))
+        elif isinstance(spec, dict) and "lines" in spec:
+            pattern = str(spec.get("line", "line {n}"))
+            target.write_bytes(
+                "".join(pattern.replace("{n}", str(n)) + "\n" for n in range(1, int(spec["lines"]) + 1)).encode()
+            )
+        elif isinstance(spec, dict) and "symlink" in spec:
+            os.symlink(str(spec["symlink"]).replace("{root}", str(root)), target)
+        else:
+            raise FormatError(f"workspace entry {relative!r} is not a text, lines or symlink")
+
+
+def _substitute(value: Any, root: str) -> Any:
+    if isinstance(value, str):
+        return value.replace("{root}", root)
+    if isinstance(value, list):
+        return [_substitute(item, root) for item in value]
+    if isinstance(value, dict):
+        return {key: _substitute(item, root) for key, item in value.items()}
+    return value
+
+
+def render_request(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    """A request as the case format shows it: ``[tools] …``, then each message under ``[ROLE]``."""
+    lines = ["[tools] " + " ".join(tool["function"]["name"] for tool in tools)]
+    for message in messages:
+        lines.append(f"[{message['role']}]")
+        content = message.get("content")
+        if content:
+            lines.append(str(content))
+        for call in message.get("tool_calls", []):
+            lines.append(f"[call {call['function']['name']}] {call['function']['arguments']}")
+    return "\n".join(lines)
+
+
+def _strip(text: str) -> str:
+    return text.rstrip("\n")
+
+
+def check(step: Mapping[str, Any], got: StepText) -> str | None:
+    """The first expectation of ``step`` that ``got`` fails, said as ``expected … got …``."""
+    text = _strip(got.text)
+    if "expect" in step and _strip(step["expect"]) != text:
+        return f"expected {step['expect']!r} got {got.text!r}"
+    if "expect_first_line" in step:
+        first = text.split("\n", 1)[0]
+        if _strip(step["expect_first_line"]) != first:
+            return f"expected first line {step['expect_first_line']!r} got {first!r}"
+    for needle in step.get("expect_contains", []):
+        if needle not in got.text:
+            return f"expected text containing {needle!r} got {got.text!r}"
+    for needle in step.get("expect_not_contains", []):
+        if needle in got.text:
+            return f"expected text without {needle!r} got {got.text!r}"
+    if "expect_full" in step:
+        full = _strip(got.full if got.full is not None else "")
+        if _strip(step["expect_full"]) != full:
+            return f"expected full text {step['expect_full']!r} got {got.full!r}"
+    if "expect_roles" in step and step["expect_roles"] != got.roles:
+        return f"expected roles {step['expect_roles']!r} got {got.roles!r}"
+    if "expect_table" in step:
+        table = _strip(got.table or "")
+        if _strip(step["expect_table"]) != table:
+            return f"expected table {step['expect_table']!r} got {got.table!r}"
+    return None
+
+
+@dataclass
+class CaseRun:
+    case: Mapping[str, Any]
+    root: Path
+    config: ContextConfig
+    session: ChatSession
+    date: str
+    call_counter: int = 0
+    texts: list[str] = field(default_factory=list)
+
+    def _open(self) -> Turn | None:
+        return open_turn(self.session)
+
+    def _end_open_reply(self) -> None:
+        turn = self._open()
+        if turn is not None:
+            turn_finish(turn=turn, reply_text="")
+
+    def _start(self, words: str) -> Turn:
+        self.session.refresh_from_db()
+        return turn_start(
+            session=self.session,
+            words=words,
+            today=self.date,
+            instructions=read_instructions(self.session),
+            config=self.config,
+        )
+
+    def step(self, step: Mapping[str, Any]) -> StepText:
+        if "user" in step:
+            self._end_open_reply()
+            return StepText(self._start(str(step["user"])).message)
+        if "tool" in step:
+            return self._tool(str(step["tool"]), step.get("args", {}))
+        if "reply" in step:
+            turn = self._open() or self._start("go")
+            step_record(turn=turn, text=str(step["reply"]), reasoning="", tool_calls=[], finish_reason="stop")
+            texts = [s.text for s in turn.steps.order_by("number") if s.text]
+            return StepText(turn_finish(turn=turn, reply_text="\n\n".join(texts)).reply_text)
+        if "change" in step:
+            return self._change(step["change"])
+        if "undo" in step:
+            self._end_open_reply()
+            turn_undo(session=self.session)
+            return StepText("")
+        if "rewind" in step:
+            self._end_open_reply()
+            turn_rewind(session=self.session, number=int(step["rewind"]))
+            return StepText("")
+        if "regenerate" in step:
+            self._end_open_reply()
+            _, turn = turn_regenerate(session=self.session)
+            return StepText(turn.message)
+        if "compact" in step:
+            self._end_open_reply()
+            self.session.refresh_from_db()
+            build_request(
+                self.session,
+                current=None,
+                model_name=self.session.model_name,
+                extra_user=prompts.compact_task(),
+            )
+            generation = compaction_apply(session=self.session, summary=str(step["compact"]), config=self.config)
+            return StepText(generation.system_prompt, table=generation.table)
+        if "set_mode" in step:
+            session_set_mode(session=self.session, mode=str(step["set_mode"]))
+            return StepText("")
+        if "set_date" in step:
+            self.date = str(step["set_date"])
+            return StepText("")
+        if "request" in step:
+            self.session.refresh_from_db()
+            built = build_request(self.session, current=self._open(), model_name=self.session.model_name)
+            return StepText(render_request(built.messages, built.tools), roles=[m["role"] for m in built.messages])
+        raise StepFailure("no action")
+
+    def _tool(self, name: str, args: Any) -> StepText:
+        turn = self._open() or self._start("go")
+        self.call_counter += 1
+        raw = json.dumps(args, ensure_ascii=False)
+        call_id = f"call_{self.call_counter}"
+        step = step_record(
+            turn=turn,
+            text="",
+            reasoning="",
+            tool_calls=[{"id": call_id, "name": name, "arguments": raw}],
+            finish_reason="tool_calls",
+        )
+        self.session.refresh_from_db()
+        arguments, outcome = call_tool(name, raw, tool_context(self.session, turn, config=self.config))
+        result = result_insert(
+            turn=turn,
+            step=step,
+            call_id=call_id,
+            tool=name,
+            arguments=arguments,
+            arguments_raw=raw,
+            outcome=outcome,
+            config=self.config,
+        )
+        return StepText(result.inserted_text, full=result.full_text)
+
+    def _change(self, change: Mapping[str, Any]) -> StepText:
+        target = self.root / str(change["path"])
+        if change.get("delete"):
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(str(change["content"]).encode("utf-8"))
+        return StepText("")
+
+
+def _user() -> Any:
+    users = get_user_model()
+    user, _ = users.objects.get_or_create(username="conformance-runner", defaults={"is_active": False})
+    return user
+
+
+def run_case(case: Mapping[str, Any]) -> CaseResult:
+    """Run one case in a fresh session and workspace, rolled back afterwards."""
+    name = str(case["name"])
+    folder = Path(tempfile.mkdtemp(prefix="cachet-case-")).resolve()
+    root = folder / "ws"
+    root.mkdir()
+    outcome = CaseResult(name)
+    try:
+        _make_workspace(root, _substitute(case.get("workspace", {}), str(root)))
+        config = prompts.rules_config(case.get("config"))
+        with transaction.atomic():
+            try:
+                workspace = Workspace.objects.create(
+                    name=f"case-{os.getpid()}-{folder.name}",
+                    folder=str(root),
+                    allow_commands=bool(case.get("commands", False)),
+                )
+                endpoint, _ = ModelEndpoint.objects.get_or_create(
+                    name="conformance", defaults={"base_url": "http://127.0.0.1:9/v1", "model": "conformance"}
+                )
+                session = session_start(
+                    owner=_user(),
+                    workspace=workspace,
+                    endpoint=endpoint,
+                    model_name="conformance",
+                    tools=tool_list(allow_commands=workspace.allow_commands),
+                    mode=str(case.get("mode", "edit")),
+                )
+                run = CaseRun(
+                    case=case,
+                    root=root,
+                    config=config,
+                    session=session,
+                    date=str(case.get("date", DEFAULT_DATE)),
+                )
+                for number, step in enumerate(case["steps"], start=1):
+                    step = _substitute(step, str(root))
+                    try:
+                        got = run.step(step)
+                    except StoreError as error:
+                        got = StepText(str(error))
+                    failure = check(step, got)
+                    if failure is not None:
+                        outcome.failure = f"step {number}: {failure}"
+                        break
+            finally:
+                transaction.set_rollback(True)
+    except FormatError as error:
+        outcome.failure = f"setup: {error}"
+    except Exception as error:  # a crash fails the case and the run goes on
+        outcome.failure = f"error: {type(error).__name__}: {error}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return outcome

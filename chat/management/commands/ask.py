@@ -1,0 +1,172 @@
+"""``manage.py ask``: the reply loop from a terminal, on the same store the browser uses."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from chat.loop import ReplyEvents, ReplyLoop
+from chat.model_client import ModelError, list_models
+from chat.tools import tool_list
+from sessions_app.errors import StoreError
+from sessions_app.models import (
+    ChatSession,
+    Mode,
+    ModelEndpoint,
+    ModelRequest,
+    Result,
+    Turn,
+    TurnStatus,
+    Workspace,
+)
+from sessions_app.selectors.sessions import last_live_turn, session_get, workspaces_for
+from sessions_app.services.sessions import session_set_mode, session_start
+
+
+def _endpoint(spec: str | None) -> ModelEndpoint:
+    if spec:
+        found = ModelEndpoint.objects.filter(name=spec).first()
+        if found is None and "://" in spec:
+            found, _ = ModelEndpoint.objects.get_or_create(
+                base_url=spec.rstrip("/"), defaults={"name": spec.rstrip("/")[:100]}
+            )
+        if found is None:
+            raise CommandError(f"No model endpoint named {spec!r}; give its name or a URL ending in /v1.")
+        return found
+    found = ModelEndpoint.objects.order_by("id").first()
+    if found is None:
+        raise CommandError("No model endpoint is configured; pass --endpoint URL or run manage.py serve once.")
+    return found
+
+
+def _workspace(spec: str | None, user: Any) -> Workspace:
+    available = workspaces_for(user=user)
+    if spec is None:
+        found = available.order_by("id").first()
+        if found is None:
+            raise CommandError("No workspace is available; pass --workspace NAME_OR_FOLDER.")
+        return found
+    by_name = available.filter(name=spec).first()
+    if by_name is not None:
+        return by_name
+    folder = Path(spec).expanduser()
+    if not folder.is_dir():
+        raise CommandError(f"{spec!r} is neither a workspace name nor a folder.")
+    folder = folder.resolve()
+    for workspace in available.filter(folder=str(folder)):
+        return workspace
+    workspace, _ = Workspace.objects.get_or_create(
+        name=f"{user.get_username()}:{folder}"[:100], defaults={"folder": str(folder)}
+    )
+    workspace.members.add(user)
+    return workspace
+
+
+class Command(BaseCommand):
+    help = "Send a message (or undo, rewind, regenerate, compact) and stream the reply to standard output."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("message", nargs="?")
+        parser.add_argument("--user", required=True)
+        where = parser.add_mutually_exclusive_group()
+        where.add_argument("--session", type=int)
+        where.add_argument("--workspace")
+        parser.add_argument("--endpoint")
+        parser.add_argument("--model")
+        parser.add_argument("--mode", choices=Mode.values)
+        action = parser.add_mutually_exclusive_group()
+        action.add_argument("--undo", action="store_true")
+        action.add_argument("--rewind", type=int, metavar="N")
+        action.add_argument("--regenerate", action="store_true")
+        action.add_argument("--compact", action="store_true")
+        parser.add_argument("--restore-files", action="store_true", help="with undo, rewind or regenerate")
+
+    def _session(self, options: dict[str, Any], user: Any) -> ChatSession:
+        if options["session"] is not None:
+            session = session_get(owner=user, session_id=options["session"])
+            if session is None:
+                raise CommandError(f"{user.get_username()} has no session {options['session']}.")
+            if options["mode"] and options["mode"] != session.mode:
+                session = session_set_mode(session=session, mode=options["mode"])
+            return session
+        workspace = _workspace(options["workspace"], user)
+        endpoint = _endpoint(options["endpoint"])
+        model = options["model"] or endpoint.model
+        if not model:
+            try:
+                models = list_models(base_url=endpoint.base_url, api_key=endpoint.api_key or None)
+            except ModelError as error:
+                raise CommandError(str(error)) from error
+            model = models[0] if models else "default"
+        return session_start(
+            owner=user,
+            workspace=workspace,
+            endpoint=endpoint,
+            model_name=model,
+            tools=tool_list(allow_commands=workspace.allow_commands),
+            mode=options["mode"] or Mode.EDIT,
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        user = get_user_model().objects.filter(username=options["user"]).first()
+        if user is None:
+            raise CommandError(f"There is no user {options['user']!r}.")
+        session = self._session(options, user)
+        out = self.stdout
+
+        def show_result(result: Result) -> None:
+            out.write(f"\n  {result.inserted_text.splitlines()[0] if result.inserted_text else ''}\n")
+
+        def stream_text(delta: str) -> None:
+            out.write(delta, ending="")
+            out.flush()
+
+        events = ReplyEvents(
+            text=stream_text,
+            tool_call=lambda call: out.write(f"\n[{call.name}]", ending=""),
+            result=show_result,
+        )
+        loop = ReplyLoop(session, events=events)
+        failed = False
+        turn: Turn | None = None
+        try:
+            if options["undo"] or options["rewind"] is not None:
+                taken, conflicts = (
+                    loop.undo(restore=options["restore_files"])
+                    if options["undo"]
+                    else loop.rewind(options["rewind"], restore=options["restore_files"])
+                )
+                out.write(f"Took back turn {', '.join(str(t.number) for t in taken.turns)}.")
+                for conflict in conflicts:
+                    out.write(f"Not restored: {conflict}")
+            elif options["compact"]:
+                loop.compact()
+                out.write("Compacted: the next turn starts from the summary.")
+            if options["regenerate"]:
+                outcome, conflicts = loop.regenerate(restore=options["restore_files"])
+                turn = outcome.turn
+            elif options["message"] is not None:
+                turn = loop.send(options["message"]).turn
+        except (StoreError, ModelError) as error:
+            self.stderr.write(str(error))
+            failed = True
+        if turn is not None:
+            turn.refresh_from_db()
+            out.write("")
+            if turn.status != TurnStatus.DONE:
+                self.stderr.write(f"Turn {turn.number} {turn.get_status_display()}: {turn.error}")
+                failed = True
+        last = turn or last_live_turn(session)
+        requests = ModelRequest.objects.filter(pk__in=[request.pk for request in loop.requests])
+        prompt_tokens = sum(r.prompt_tokens or 0 for r in requests)
+        cached_tokens = sum(r.cached_tokens or 0 for r in requests)
+        out.write(
+            f"session={session.pk} turn={last.number if last else 0} requests={len(loop.requests)} "
+            f"prompt_tokens={prompt_tokens} cached_tokens={cached_tokens}"
+        )
+        if failed:
+            sys.exit(1)

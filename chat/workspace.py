@@ -1,0 +1,96 @@
+"""What the loop needs from a session's workspace: the tool context, AGENTS.md, and file restores."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from chat.tools import ToolContext
+from sessions_app import prompts
+from sessions_app.hygiene import format_id, last_seen_sha
+from sessions_app.hygiene.config import ContextConfig
+from sessions_app.models import ChatSession, Result, Turn
+from sessions_app.selectors.sessions import stored_full_text
+from sessions_app.services.results import reply_table
+
+INSTRUCTIONS_FILE = "AGENTS.md"
+
+
+def workspace_root(session: ChatSession) -> Path:
+    return Path(session.workspace.folder).resolve()
+
+
+def tool_context(session: ChatSession, turn: Turn, *, config: ContextConfig | None = None) -> ToolContext:
+    """The context the tools of one call run in; what the model has seen is read from the reply's results."""
+    loop = prompts.loop_settings()
+    table = reply_table(turn)
+    return ToolContext(
+        root=workspace_root(session),
+        config=config or prompts.rules_config(),
+        mode=session.mode,
+        allow_commands=session.workspace.allow_commands,
+        last_seen_sha=lambda abs_path: last_seen_sha(table, abs_path),
+        recall=lambda number: stored_full_text(session, number),
+        run_timeout=int(loop["run_timeout"]),
+        run_max_timeout=int(loop["run_max_timeout"]),
+        edit_max_bytes=int(loop["edit_max_bytes"]),
+    )
+
+
+def _inside(root: Path, candidate: Path) -> Path | None:
+    resolved = candidate.resolve()
+    return resolved if resolved == root or root in resolved.parents else None
+
+
+def read_instructions(session: ChatSession) -> str | None:
+    """The workspace's ``AGENTS.md`` when it is a text file inside the workspace, else ``None``."""
+    root = workspace_root(session)
+    path = _inside(root, root / INSTRUCTIONS_FILE)
+    if path is None or not path.is_file():
+        return None
+    data = path.read_bytes()
+    if b"\x00" in data[:8192]:
+        return None
+    return data.decode("utf-8", errors="replace").strip() or None
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    restored: list[str]
+    conflicts: list[str]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+
+
+def restore_files(session: ChatSession, edits: list[Result]) -> RestoreReport:
+    """Undo the file changes of taken-back edits, newest first, where a file still has what the edit left."""
+    root = workspace_root(session)
+    restored: list[str] = []
+    conflicts: list[str] = []
+    for edit in edits:
+        for change in reversed(edit.changed_files):
+            path = _inside(root, Path(change["abs_path"]))
+            if path is None:
+                conflicts.append(f"{change['abs_path']}: outside the workspace now")
+                continue
+            left_sha = change["sha256"]
+            if _sha256(path) != left_sha:
+                conflicts.append(f"{path}: changed since {edit_id(edit)}; left as it is")
+                continue
+            if change["action"] == "create":
+                path.unlink()
+            elif change["previous_text"] is None:
+                conflicts.append(f"{path}: the earlier content was not stored; left as it is")
+                continue
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(change["previous_text"].encode("utf-8"))
+            restored.append(str(path))
+    return RestoreReport(restored=restored, conflicts=conflicts)
+
+
+def edit_id(result: Result) -> str:
+    return format_id(result.number, prompts.rules_config().id_digits)

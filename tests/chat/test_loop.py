@@ -1,0 +1,376 @@
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chat.loop import ReplyEvents, ReplyLoop, reply_lock
+from chat.model_client import Timeouts
+from chat.testing.scripted_server import ScriptedServer, Step
+from sessions_app.errors import ReplyInProgress
+from sessions_app.models import (
+    BreakCause,
+    ChatSession,
+    Generation,
+    ModelRequest,
+    RequestKind,
+    Result,
+    Turn,
+    TurnStatus,
+)
+from sessions_app.services.turns import turn_start
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FAST = Timeouts(connect=2.0, first_token=1.5, between_chunks=1.0)
+
+
+def _loop(session: ChatSession, **kwargs: Any) -> ReplyLoop:
+    return ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST, **kwargs)
+
+
+def _messages(body: bytes) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = json.loads(body)["messages"]
+    return messages
+
+
+def test_text_reply_is_stored_with_its_request(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
+    scripted.push(Step(text="Hello **there**.", reasoning="thinking"))
+    seen: list[str] = []
+    outcome = _loop(scripted_session, events=ReplyEvents(text=seen.append)).send("hi", date="2026-11-29")
+    turn = outcome.turn
+    assert turn.status == TurnStatus.DONE
+    assert turn.reply_text == "Hello **there**."
+    assert "".join(seen) == "Hello **there**."
+    assert "Today's date is 2026-11-29." in turn.message
+    request = ModelRequest.objects.get(session=scripted_session)
+    assert request.break_cause == BreakCause.FIRST
+    assert request.bytes_sent == len(scripted.requests[0])
+    assert request.body_sha256 == hashlib.sha256(scripted.requests[0]).hexdigest()
+    assert request.prompt_tokens and request.completion_tokens
+    assert request.time_to_first_token is not None and request.total_time is not None
+    assert request.usage is not None and request.timings is not None
+    assert turn.steps.get().reasoning == "thinking"
+
+
+def test_tool_steps_run_in_order_and_continue_the_prefix(
+    scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path
+) -> None:
+    (workspace_dir / "app.py").write_text("import os\nprint('a')\n")
+    scripted.push(
+        Step(
+            text="Reading.",
+            tool_calls=[("read", {"path": "app.py"}), ("grep", {"pattern": "print"})],
+            chunk_size=2,
+        ),
+        Step(tool_calls=[("edit", {"path": "app.py", "old_string": "'a'", "new_string": "'b'"})]),
+        Step(tool_calls=[("read", {"path": "app.py"}), ("nope", {}), ("read", '{"path": ')]),
+        Step(text="Done."),
+    )
+    turn = _loop(scripted_session).send("change a to b").turn
+    assert turn.status == TurnStatus.DONE
+    assert turn.reply_text == "Reading.\n\nDone."
+    assert (workspace_dir / "app.py").read_text() == "import os\nprint('b')\n"
+    results = list(Result.objects.filter(session=scripted_session).order_by("number"))
+    assert [r.tool for r in results] == ["read", "grep", "edit", "read", "nope", "read"]
+    assert results[0].inserted_text.startswith("[#0001 app.py lines 1-2 of 2 sha ")
+    assert results[1].inserted_text == f"[#0002]\n{workspace_dir}/app.py:2: print('a')"
+    assert "Earlier reads of this file are stale: #0001." in results[2].inserted_text
+    assert results[3].kind == "read"
+    assert results[4].inserted_text.startswith("[#0005] There is no tool named nope.")
+    assert results[5].inserted_text.startswith("[#0006] The arguments of read are not valid JSON")
+    bodies = scripted.requests
+    assert len(bodies) == 4
+    for earlier, later in itertools.pairwise(bodies):
+        assert later.startswith(earlier[:-2])
+    assert [r.break_cause for r in ModelRequest.objects.filter(session=scripted_session).order_by("id")] == [
+        BreakCause.FIRST,
+        "",
+        "",
+        "",
+    ]
+    last = _messages(bodies[-1])
+    step_roles = ["assistant", "tool", "tool", "assistant", "tool", "assistant", "tool", "tool", "tool"]
+    assert [m["role"] for m in last] == ["system", "user", *step_roles]
+    assert last[2]["tool_calls"][1]["function"]["arguments"] == '{"pattern": "print"}'
+
+
+def test_next_turn_carries_earlier_replies_as_text_only(
+    scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path
+) -> None:
+    (workspace_dir / "a.txt").write_text("one\n")
+    scripted.push(Step(tool_calls=[("read", {"path": "a.txt"})]), Step(text="It says one."), Step(text="Yes."))
+    loop = _loop(scripted_session)
+    loop.send("what is in a.txt?")
+    loop.send("sure?")
+    second = _messages(scripted.requests[2])
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
+    assert second[2] == {"role": "assistant", "content": "It says one."}
+    assert "Today's date" not in second[3]["content"]
+    request = ModelRequest.objects.filter(session=scripted_session).order_by("-id").first()
+    assert request is not None and request.break_cause == BreakCause.NEW_TURN
+    first_user_end = scripted.requests[1].index(b'"role":"assistant"')
+    assert request.shared_prefix_bytes >= first_user_end - 2
+
+
+def test_single_step_replies_never_break_the_prefix(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
+    scripted.push(Step(text="one"), Step(text="two"), Step(text="three"))
+    loop = _loop(scripted_session)
+    for words in ("a", "b", "c"):
+        loop.send(words)
+    causes = list(
+        ModelRequest.objects.filter(session=scripted_session).order_by("id").values_list("break_cause", flat=True)
+    )
+    assert causes == [BreakCause.FIRST, "", ""]
+    requests = ModelRequest.objects.filter(session=scripted_session).order_by("id")
+    assert [r.cached_tokens is not None and r.cached_tokens > 0 for r in requests] == [False, True, True]
+
+
+def test_undo_rewind_and_regenerate_explain_their_breaks(
+    scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path
+) -> None:
+    (workspace_dir / "f.txt").write_text("x\n")
+    scripted.push(*(Step(text=f"reply {n}") for n in range(1, 4)))
+    loop = _loop(scripted_session)
+    for words in ("one", "two", "three"):
+        loop.send(words)
+    taken, _ = loop.undo()
+    assert [t.number for t in taken.turns] == [3]
+    scripted.push(Step(text="reply 4"))
+    loop.send("four")
+    assert ModelRequest.objects.filter(session=scripted_session).order_by("-id")[0].break_cause == BreakCause.UNDO
+    loop.rewind(2)
+    scripted.push(Step(text="reply 5"))
+    fifth = loop.send("five").turn
+    assert fifth.number == 5
+    assert ModelRequest.objects.filter(session=scripted_session).order_by("-id")[0].break_cause == BreakCause.REWIND
+    scripted.push(Step(text="reply 5 again"))
+    outcome, _ = loop.regenerate()
+    assert outcome.turn.number == 6 and outcome.turn.message == fifth.message
+    regenerated = ModelRequest.objects.filter(session=scripted_session).order_by("-id")[0]
+    assert regenerated.break_cause == "", "asking again with the same message continues the prefix"
+    live = Turn.objects.filter(session=scripted_session).exclude(status=TurnStatus.TAKEN_BACK)
+    assert [t.number for t in live.order_by("number")] == [1, 6]
+    assert [m["role"] for m in _messages(scripted.requests[-1])] == ["system", "user", "assistant", "user"]
+
+
+def test_undo_restores_files_unless_they_changed(
+    scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path
+) -> None:
+    (workspace_dir / "a.txt").write_text("a\n")
+    (workspace_dir / "b.txt").write_text("b\n")
+    scripted.push(
+        Step(
+            tool_calls=[
+                ("write", {"path": "a.txt", "content": "A\n"}),
+                ("write", {"path": "b.txt", "content": "B\n"}),
+                ("write", {"path": "new.txt", "content": "new\n"}),
+            ]
+        ),
+        Step(text="written"),
+    )
+    loop = _loop(scripted_session)
+    loop.send("write them")
+    (workspace_dir / "b.txt").write_text("changed by someone\n")
+    _, conflicts = loop.undo(restore=True)
+    assert (workspace_dir / "a.txt").read_text() == "a\n"
+    assert not (workspace_dir / "new.txt").exists()
+    assert (workspace_dir / "b.txt").read_text() == "changed by someone\n"
+    assert len(conflicts) == 1 and "b.txt" in conflicts[0]
+
+
+def test_compaction_starts_a_generation_with_the_table(
+    scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path
+) -> None:
+    (workspace_dir / "a.txt").write_text("one\ntwo\n")
+    scripted.push(Step(tool_calls=[("read", {"path": "a.txt"})]), Step(text="ok"), Step(text="We read a.txt."))
+    loop = _loop(scripted_session)
+    loop.send("read a.txt")
+    system = loop.compact()
+    assert "We read a.txt." in system
+    assert "| a.txt | 1-2 of 2 |" in system
+    compaction_request = _messages(scripted.requests[-1])
+    assert compaction_request[-1]["role"] == "user"
+    assert compaction_request[:-1] == [*_messages(scripted.requests[-2])[:2], {"role": "assistant", "content": "ok"}]
+    scripted.push(Step(text="after"))
+    loop.send("go on")
+    after = _messages(scripted.requests[-1])
+    assert [m["role"] for m in after] == ["system", "user"]
+    assert "Today's date" in after[1]["content"]
+    kinds = list(
+        ModelRequest.objects.filter(session=scripted_session).order_by("id").values_list("kind", "break_cause")
+    )
+    assert kinds[-2] == (RequestKind.COMPACTION, BreakCause.NEW_TURN)
+    assert kinds[-1] == (RequestKind.REPLY, BreakCause.COMPACTION)
+    loop.undo()
+    loop.undo()
+    session = ChatSession.objects.get(pk=scripted_session.pk)
+    assert session.generation_number == 1
+    assert Generation.objects.get(session=session, number=2).taken_back
+
+
+def test_empty_summary_changes_nothing(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
+    from sessions_app.errors import EmptySummary
+
+    scripted.push(Step(text="hi"), Step(text="  ", tool_calls=[("read", {"path": "x"})]))
+    loop = _loop(scripted_session)
+    loop.send("hello")
+    with pytest.raises(EmptySummary):
+        loop.compact()
+    assert ChatSession.objects.get(pk=scripted_session.pk).generation_number == 1
+    assert not Result.objects.filter(session=scripted_session).exists()
+
+
+def test_automatic_compaction_before_a_turn(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
+    endpoint = scripted_session.endpoint
+    endpoint.context_window = 100
+    endpoint.save()
+    scripted.push(Step(text="long answer " * 20), Step(text="Summary."), Step(text="fresh"))
+    loop = _loop(scripted_session)
+    loop.send("hello " * 50)
+    loop.send("next")
+    kinds = list(ModelRequest.objects.filter(session=scripted_session).order_by("id").values_list("kind", flat=True))
+    assert kinds == [RequestKind.REPLY, RequestKind.COMPACTION, RequestKind.REPLY]
+    assert ChatSession.objects.get(pk=scripted_session.pk).generation_number == 2
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("http500", "500"),
+        ("malformed", "malformed"),
+        ("cut", "closed"),
+        ("stall", "first token"),
+        ("garbage", ""),
+        ("refuse", ""),
+    ],
+)
+def test_faults_fail_the_turn_and_lose_nothing(
+    scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path, fault: str, message: str
+) -> None:
+    (workspace_dir / "a.txt").write_text("a\n")
+    scripted.push(Step(tool_calls=[("read", {"path": "a.txt"})]), Step(text="partial text here", fault=fault))
+    turn = _loop(scripted_session).send("please read").turn
+    assert turn.status == TurnStatus.FAILED
+    assert turn.error
+    assert message.lower() in turn.error.lower()
+    assert turn.words == "please read"
+    assert Result.objects.filter(turn=turn).count() == 1
+    failed = ModelRequest.objects.filter(session=scripted_session).order_by("-id")[0]
+    assert failed.status == "failed" and failed.error == turn.error
+    scripted.push(Step(tool_calls=[("read", {"path": "a.txt"})]), Step(text="Now it works."))
+    outcome, _ = _loop(scripted_session).regenerate()
+    assert outcome.turn.status == TurnStatus.DONE and outcome.turn.reply_text == "Now it works."
+    assert Result.objects.filter(session=scripted_session).count() == 2
+
+
+def test_server_down_is_a_clear_error(scripted_session: ChatSession) -> None:
+    endpoint = scripted_session.endpoint
+    endpoint.base_url = "http://127.0.0.1:9/v1"
+    endpoint.save()
+    turn = _loop(scripted_session).send("anyone there?").turn
+    assert turn.status == TurnStatus.FAILED
+    assert "127.0.0.1:9" in turn.error
+    assert Turn.objects.get(pk=turn.pk).message.startswith("anyone there?")
+
+
+def test_stop_interrupts_the_reply_and_keeps_what_came(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
+    scripted.push(Step(text="word " * 200, chunk_size=5, delay=0.05))
+    cancel = threading.Event()
+    got: list[str] = []
+
+    def on_text(delta: str) -> None:
+        got.append(delta)
+        if len(got) == 5:
+            cancel.set()
+
+    started = time.monotonic()
+    turn = _loop(scripted_session, cancel=cancel, events=ReplyEvents(text=on_text)).send("talk").turn
+    assert time.monotonic() - started < 5
+    assert turn.status == TurnStatus.INTERRUPTED
+    assert turn.reply_text.startswith("word word")
+
+
+def test_two_sends_at_once_the_second_is_refused(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
+    scripted.push(Step(text="slow " * 40, chunk_size=2, delay=0.02))
+    errors: list[Exception] = []
+
+    def send_first() -> None:
+        from django.db import connection
+
+        try:
+            _loop(scripted_session).send("first")
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=send_first)
+    first.start()
+    deadline = time.monotonic() + 5
+    while not Turn.objects.filter(session=scripted_session).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        _loop(scripted_session).send("second")
+    except ReplyInProgress as error:
+        errors.append(error)
+    first.join()
+    assert len(errors) == 1 and "already running" in str(errors[0])
+    assert [t.words for t in Turn.objects.filter(session=scripted_session)] == ["first"]
+
+
+def test_a_reply_left_open_by_a_dead_process_is_marked_interrupted(
+    scripted: ScriptedServer, scripted_session: ChatSession
+) -> None:
+    orphan = turn_start(session=scripted_session, words="lost", today="2026-11-29", instructions=None)
+    scripted.push(Step(text="fine"))
+    turn = _loop(scripted_session).send("again").turn
+    assert Turn.objects.get(pk=orphan.pk).status == TurnStatus.INTERRUPTED
+    assert turn.status == TurnStatus.DONE
+
+
+def test_reply_lock_is_exclusive(scripted_session: ChatSession) -> None:
+    with reply_lock(scripted_session):
+        errors: list[Exception] = []
+
+        def other() -> None:
+            from django.db import connection
+
+            try:
+                with reply_lock(scripted_session):
+                    pass
+            except ReplyInProgress as error:
+                errors.append(error)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert len(errors) == 1
+
+
+def test_forbidden_and_unknown_calls_still_take_ids(
+    scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path
+) -> None:
+    from sessions_app.services.sessions import session_set_mode
+
+    session_set_mode(session=scripted_session, mode="plan")
+    scripted.push(Step(tool_calls=[("write", {"path": "x.txt", "content": "x"})]), Step(text="cannot"))
+    turn = _loop(scripted_session).send("write x").turn
+    result = Result.objects.get(turn=turn)
+    assert result.inserted_text.startswith("[#0001] write is not available in plan mode")
+    assert not (workspace_dir / "x.txt").exists()
+    assert "The permission mode is now plan" in turn.message
+
+
+def test_step_limit_ends_the_reply(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
+    scripted.push(*(Step(tool_calls=[("list", {})]) for _ in range(3)))
+    turn = _loop(scripted_session, max_steps=3).send("loop forever").turn
+    assert turn.status == TurnStatus.DONE
+    assert "3 steps" in turn.reply_text
+    assert len(scripted.requests) == 3
