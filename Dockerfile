@@ -1,0 +1,13 @@
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 CACHET_DATA=/data
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY cachet cachet
+COPY sessions_app sessions_app
+COPY chat chat
+RUN pip install --no-cache-dir .
+COPY . .
+RUN useradd --create-home cachet && mkdir -p /data && chown cachet /data
+USER cachet
+EXPOSE 8000
+CMD ["python", "manage.py", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from chat.testing.scripted_server import ScriptedServer, Step
+from sessions_app.models import BreakCause, ChatSession, ModelRequest, Result, Turn, TurnStatus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LAST_LINE = re.compile(r"^session=(\d+) turn=(\d+) requests=(\d+) prompt_tokens=(\d+) cached_tokens=(\d+)$")
+
+
+def ask(*args: str) -> tuple[str, dict[str, int]]:
+    out = io.StringIO()
+    try:
+        call_command("ask", *args, stdout=out, stderr=io.StringIO())
+    except SystemExit as exit_:
+        assert exit_.code == 0, out.getvalue()
+    lines = out.getvalue().rstrip("\n").split("\n")
+    match = LAST_LINE.match(lines[-1])
+    assert match, lines[-1]
+    names = ("session", "turn", "requests", "prompt_tokens", "cached_tokens")
+    return out.getvalue(), dict(zip(names, map(int, match.groups()), strict=True))
+
+
+def test_twenty_turns_through_ask(user: Any, workspace_dir: Path, scripted: ScriptedServer) -> None:
+    for n in range(1, 6):
+        (workspace_dir / f"m{n}.py").write_text("".join(f"line {i} of module {n}\n" for i in range(1, 40)))
+    base = ("--user", user.username, "--endpoint", scripted.base_url, "--model", "scripted")
+    scripted.push(Step(tool_calls=[("read", {"path": "m1.py"})]), Step(text="Module 1 has 39 lines."))
+    output, first = ask(*base, "--workspace", str(workspace_dir), "What is in m1.py?")
+    assert "Module 1 has 39 lines." in output
+    assert first["turn"] == 1 and first["requests"] == 2
+    session_id = str(first["session"])
+    in_session = ("--user", user.username, "--session", session_id)
+    totals = {"requests": first["requests"], "cached": first["cached_tokens"]}
+    for turn in range(2, 21):
+        n = turn % 5 + 1
+        if turn == 10:
+            _, undone = ask(*in_session, "--undo")
+            assert undone["requests"] == 0
+        if turn == 15:
+            scripted.push(Step(text="Summary: we read and edited modules."))
+            _, compacted = ask(*in_session, "--compact")
+            assert compacted["requests"] == 1
+            totals["requests"] += 1
+        if turn % 4 == 0:
+            edit = {"path": f"m{n}.py", "old_string": "line 7 ", "new_string": f"LINE 7/{turn} "}
+            scripted.push(
+                Step(tool_calls=[("grep", {"pattern": "line 3 "})]),
+                Step(tool_calls=[("edit", edit)]),
+                Step(text=f"Edited m{n}.py."),
+            )
+        elif turn % 4 == 1:
+            reads = [("read", {"path": f"m{n}.py"}), ("read", {"path": f"m{n}.py", "offset": 3, "limit": 5})]
+            scripted.push(Step(tool_calls=reads), Step(text="Read twice."))
+        else:
+            scripted.push(Step(text=f"Answer {turn}."))
+        output, figures = ask(*in_session, f"Turn {turn} please")
+        assert figures["turn"] == turn
+        totals["requests"] += figures["requests"]
+        totals["cached"] += figures["cached_tokens"]
+    session = ChatSession.objects.get(pk=int(session_id))
+    assert session.generation_number == 2
+    turns = Turn.objects.filter(session=session)
+    assert turns.count() == 20 and turns.filter(status=TurnStatus.TAKEN_BACK).count() == 1
+    assert turns.exclude(status=TurnStatus.TAKEN_BACK).filter(status=TurnStatus.DONE).count() == 19
+    numbers = list(Result.objects.filter(session=session).order_by("number").values_list("number", flat=True))
+    assert numbers == list(range(1, len(numbers) + 1))
+    assert Result.objects.filter(session=session, kind="stub").exists()
+    requests = ModelRequest.objects.filter(session=session)
+    assert requests.count() == totals["requests"]
+    causes = set(requests.values_list("break_cause", flat=True))
+    assert BreakCause.UNEXPECTED not in causes
+    assert {BreakCause.FIRST, BreakCause.NEW_TURN, BreakCause.UNDO, BreakCause.COMPACTION} <= causes
+    assert totals["cached"] > 0
+
+
+def test_unknown_user_is_refused() -> None:
+    with pytest.raises(CommandError, match="no user"):
+        call_command("ask", "--user", "ghost", "hello", stdout=io.StringIO())
+
+
+def test_other_users_session_is_refused(user: Any, other_user: Any, chat_session: ChatSession) -> None:
+    with pytest.raises(CommandError, match="has no session"):
+        call_command(
+            "ask", "--user", other_user.username, "--session", str(chat_session.pk), "hi", stdout=io.StringIO()
+        )
+
+
+def test_failed_reply_exits_non_zero_and_keeps_the_message(user: Any, workspace_dir: Path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(SystemExit) as exit_:
+        call_command(
+            "ask",
+            "--user",
+            user.username,
+            "--workspace",
+            str(workspace_dir),
+            "--endpoint",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "hello?",
+            stdout=out,
+            stderr=err,
+        )
+    assert exit_.value.code == 1
+    assert "127.0.0.1:9" in err.getvalue()
+    assert LAST_LINE.match(out.getvalue().rstrip("\n").split("\n")[-1])
+    assert Turn.objects.get(words="hello?").status == TurnStatus.FAILED
