@@ -1,0 +1,530 @@
+"""A scripted OpenAI-compatible model server on loopback, for tests and manual runs.
+
+Each `POST /v1/chat/completions` takes the next `Step` of the script and answers it, streamed
+the way llama-server streams (or as one JSON object when the request has `"stream": false`).
+`GET /v1/models` lists the one model. When the script is used up the server answers the
+`when_empty` step, by default the plain text `(script empty)`, so a loop that asks once more
+than a test scripted still ends; tests that want to be strict pass
+`when_empty=Step(fault="http500", text="script exhausted")` or check `.requests`.
+
+Prompt caching is imitated: the request's messages and tools are rendered with a ChatML-like
+template and split into crude tokens (words with their leading space, punctuation, runs of
+blanks); `cached_tokens` is the longest token prefix shared with any earlier processed request,
+at most the prompt's length minus one (as llama-server always evaluates the last token again).
+
+Faults: `refuse` (read the request, close without answering), `http500` (a llama-server-style
+JSON error; the step's text is its message), `malformed` (a `data: {not json` event mid-stream),
+`cut` (some text, then the connection closes without `[DONE]`), `stall` (the role delta, then
+silence until the server closes or 60 s pass), `keepalive` (like `stall`, but an SSE comment every
+`delay` seconds, 0.1 s at least) and `garbage` (200 with an HTML body).
+
+Run `python -m chat.testing.scripted_server --port 8080 --script FILE.json` to serve a JSON list
+of step objects (`{"text": ..., "reasoning": ..., "tool_calls": [[name, args], ...], "fault": ...,
+"chunk_size": ..., "delay": ...}`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+FAULTS = frozenset({"refuse", "http500", "malformed", "cut", "stall", "keepalive", "garbage"})
+STALL_SECONDS = 60.0
+_TOKEN = re.compile(r"<\|im_(?:start|end)\|>|\s?\w+|\s?[^\w\s]|\s+")
+
+
+@dataclass
+class Step:
+    """One scripted answer."""
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
+    fault: str | None = None
+    chunk_size: int = 3
+    delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.fault is not None and self.fault not in FAULTS:
+            raise ValueError(f"unknown fault {self.fault!r}; known: {', '.join(sorted(FAULTS))}")
+        if self.chunk_size < 1:
+            raise ValueError("chunk_size must be at least 1")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Step:
+        """A step from its JSON form; a tool call is `[name, args]` or `{"name", "arguments"}`."""
+        calls: list[tuple[str, dict[str, Any] | str]] = []
+        for call in data.get("tool_calls", []):
+            if isinstance(call, Mapping):
+                calls.append((str(call["name"]), call.get("arguments", {})))
+            else:
+                name, arguments = call
+                calls.append((str(name), arguments))
+        return cls(
+            text=str(data.get("text", "")),
+            reasoning=str(data.get("reasoning", "")),
+            tool_calls=calls,
+            fault=data.get("fault"),
+            chunk_size=int(data.get("chunk_size", 3)),
+            delay=float(data.get("delay", 0.0)),
+        )
+
+
+def _content_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", "")) for part in content if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return ""
+
+
+def render_prompt(request: Mapping[str, Any]) -> str:
+    """The request's messages and tools as one ChatML-like prompt string."""
+    messages = [m for m in request.get("messages") or [] if isinstance(m, dict)]
+    tools = request.get("tools") or []
+    out: list[str] = []
+    first_is_system = bool(messages) and messages[0].get("role") == "system"
+    if first_is_system or tools:
+        system = _content_text(messages[0].get("content")) if first_is_system else ""
+        if tools:
+            listed = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+            system += f"\n\n# Tools\n<tools>\n{listed}\n</tools>"
+        out.append(f"<|im_start|>system\n{system}<|im_end|>\n")
+    for position, message in enumerate(messages):
+        role = str(message.get("role", ""))
+        if position == 0 and first_is_system:
+            continue
+        body = _content_text(message.get("content"))
+        if role == "assistant":
+            reasoning = message.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                body = f"<think>\n{reasoning}\n</think>\n{body}"
+            for call in message.get("tool_calls") or []:
+                function = call.get("function", {}) if isinstance(call, dict) else {}
+                shown = {"name": function.get("name"), "arguments": function.get("arguments")}
+                body += f"\n<tool_call>\n{json.dumps(shown, ensure_ascii=False)}\n</tool_call>"
+        elif role == "tool":
+            role, body = "user", f"<tool_response>\n{body}\n</tool_response>"
+        out.append(f"<|im_start|>{role}\n{body}<|im_end|>\n")
+    out.append("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+def tokenize(text: str) -> list[str]:
+    """Crude deterministic tokens; joined they give `text` back."""
+    return _TOKEN.findall(text)
+
+
+def _shared_prefix(a: list[str], b: list[str]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], owner: ScriptedServer) -> None:
+        self.owner = owner
+        super().__init__(address, _Handler)
+
+
+class _Closed(Exception):
+    pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.owner._track(self.connection, add=True)
+
+    def finish(self) -> None:
+        self.server.owner._track(self.connection, add=False)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    @property
+    def _owner(self) -> ScriptedServer:
+        return self.server.owner
+
+    def _path(self) -> str:
+        return self.path.split("?", 1)[0].rstrip("/")
+
+    def _send_json(self, status: int, data: object, *, content_type: str = "application/json") -> None:
+        payload = json.dumps(data).encode() if not isinstance(data, bytes) else data
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _error(self, status: int, message: str, kind: str) -> None:
+        self._send_json(status, {"error": {"code": status, "message": message, "type": kind}})
+
+    def do_GET(self) -> None:
+        path = self._path()
+        if path in ("/v1/models", "/models"):
+            model = {"id": self._owner.model, "object": "model", "created": 0, "owned_by": "scripted"}
+            self._send_json(200, {"object": "list", "data": [model]})
+        elif path in ("/health", "/v1/health"):
+            self._send_json(200, {"status": "ok"})
+        else:
+            self._error(404, f"File Not Found: {path}", "not_found_error")
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        path = self._path()
+        if path not in ("/v1/chat/completions", "/chat/completions"):
+            self._error(404, f"File Not Found: {path}", "not_found_error")
+            return
+        owner = self._owner
+        number = owner._record(raw)
+        try:
+            request = json.loads(raw)
+            if not isinstance(request, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            self._error(400, "Failed to parse the request body as JSON", "invalid_request_error")
+            return
+        step = owner._next_step()
+        if step.fault == "refuse":
+            self.close_connection = True
+            return
+        if step.fault == "http500":
+            self._error(500, step.text or "scripted server error", "server_error")
+            return
+        if step.fault == "garbage":
+            page = b"<html><head><title>502 Bad Gateway</title></head><body>Bad Gateway</body></html>"
+            self._send_json(200, page, content_type="text/html")
+            return
+        prompt = tokenize(render_prompt(request))
+        cached = owner._cache(prompt)
+        answer = _Answer(step, number, owner.model, len(prompt), cached)
+        try:
+            if request.get("stream"):
+                self._stream(answer)
+            else:
+                self._whole(answer)
+        except (_Closed, OSError):
+            self.close_connection = True
+
+    def _wait(self, seconds: float) -> None:
+        if seconds > 0 and self._owner._closing.wait(seconds):
+            raise _Closed
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _event(self, data: object) -> None:
+        self._chunk(b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n")
+
+    def _stream(self, answer: _Answer) -> None:
+        step = answer.step
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._event(answer.chunk({"role": "assistant", "content": None}))
+        deltas = list(answer.deltas())
+        if step.fault == "malformed" and not deltas:
+            self._chunk(b"data: {not json\n\n")
+        if step.fault in ("stall", "keepalive"):
+            deadline = time.monotonic() + STALL_SECONDS
+            while time.monotonic() < deadline:
+                if step.fault == "keepalive":
+                    self._chunk(b": keep-alive\n\n")
+                self._wait(min(max(step.delay, 0.1), max(deadline - time.monotonic(), 0.0)))
+            raise _Closed
+        cut_at = max(1, len(deltas) // 2) if step.fault == "cut" else None
+        for position, delta in enumerate(deltas):
+            if position == cut_at:
+                raise _Closed
+            self._wait(step.delay)
+            self._event(answer.chunk(delta))
+            if step.fault == "malformed" and position == 0:
+                self._chunk(b"data: {not json\n\n")
+        if cut_at is not None:
+            raise _Closed
+        self._wait(step.delay)
+        self._event(answer.chunk({}, finish_reason=answer.finish_reason))
+        self._event(answer.usage_chunk())
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
+
+    def _whole(self, answer: _Answer) -> None:
+        step = answer.step
+        if step.fault in ("stall", "keepalive"):
+            self._wait(STALL_SECONDS)
+            raise _Closed
+        payload = json.dumps(answer.whole(), ensure_ascii=False).encode()
+        if step.fault == "malformed":
+            payload = b"{not json"
+        self._wait(step.delay)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if step.fault == "cut":
+            self.wfile.write(payload[: len(payload) // 2])
+            raise _Closed
+        self.wfile.write(payload)
+
+
+@dataclass
+class _Answer:
+    step: Step
+    number: int
+    model: str
+    prompt_tokens: int
+    cached_tokens: int
+
+    @property
+    def finish_reason(self) -> str:
+        return "tool_calls" if self.step.tool_calls else "stop"
+
+    def arguments(self) -> list[tuple[str, str]]:
+        return [
+            (name, args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+            for name, args in self.step.tool_calls
+        ]
+
+    def call_id(self, index: int) -> str:
+        return f"call_{self.number}_{index}"
+
+    def deltas(self) -> Iterator[dict[str, Any]]:
+        size = self.step.chunk_size
+        for piece in _pieces(self.step.reasoning, size):
+            yield {"reasoning_content": piece}
+        for piece in _pieces(self.step.text, size):
+            yield {"content": piece}
+        for index, (name, arguments) in enumerate(self.arguments()):
+            head = {"index": index, "id": self.call_id(index), "type": "function"}
+            yield {"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]}
+            for piece in _pieces(arguments, size):
+                yield {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+
+    def chunk(self, delta: dict[str, Any], *, finish_reason: str | None = None) -> dict[str, Any]:
+        return {
+            "choices": [{"finish_reason": finish_reason, "index": 0, "delta": delta}],
+            "created": int(time.time()),
+            "id": f"chatcmpl-scripted-{self.number}",
+            "model": self.model,
+            "system_fingerprint": "scripted",
+            "object": "chat.completion.chunk",
+        }
+
+    def completion_tokens(self) -> int:
+        generated = self.step.reasoning + self.step.text + "".join(a for _, a in self.arguments())
+        return max(1, len(tokenize(generated)))
+
+    def usage(self) -> dict[str, Any]:
+        completion = self.completion_tokens()
+        return {
+            "completion_tokens": completion,
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + completion,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+    def timings(self) -> dict[str, Any]:
+        prompt_n = self.prompt_tokens - self.cached_tokens
+        predicted_n = self.completion_tokens()
+        prompt_ms = prompt_n * 0.25
+        predicted_ms = predicted_n * 2.0
+        return {
+            "cache_n": self.cached_tokens,
+            "prompt_n": prompt_n,
+            "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+            "prompt_per_second": 1000.0 * prompt_n / prompt_ms if prompt_ms else 0.0,
+            "predicted_n": predicted_n,
+            "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": predicted_ms / predicted_n,
+            "predicted_per_second": 1000.0 * predicted_n / predicted_ms,
+        }
+
+    def usage_chunk(self) -> dict[str, Any]:
+        chunk = self.chunk({})
+        chunk["choices"] = []
+        chunk["usage"] = self.usage()
+        chunk["timings"] = self.timings()
+        return chunk
+
+    def whole(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.step.text}
+        if self.step.reasoning:
+            message["reasoning_content"] = self.step.reasoning
+        if self.step.tool_calls:
+            message["tool_calls"] = [
+                {"id": self.call_id(i), "type": "function", "function": {"name": name, "arguments": args}}
+                for i, (name, args) in enumerate(self.arguments())
+            ]
+        return {
+            "choices": [{"finish_reason": self.finish_reason, "index": 0, "message": message}],
+            "created": int(time.time()),
+            "id": f"chatcmpl-scripted-{self.number}",
+            "model": self.model,
+            "system_fingerprint": "scripted",
+            "object": "chat.completion",
+            "usage": self.usage(),
+            "timings": self.timings(),
+        }
+
+
+class ScriptedServer:
+    """The scripted server, running in a background thread while used as a context manager."""
+
+    def __init__(
+        self,
+        script: Iterable[Step] | None = None,
+        *,
+        model: str = "scripted",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        when_empty: Step | None = None,
+    ) -> None:
+        self.model = model
+        self._host = host
+        self.when_empty = when_empty or Step(text="(script empty)")
+        self._script: deque[Step] = deque(script or [])
+        self._requests: list[bytes] = []
+        self._history: list[list[str]] = []
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._httpd = _HTTPServer((host, port), self)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self._host}:{self.port}/v1"
+
+    @property
+    def requests(self) -> list[bytes]:
+        """The raw bodies of the chat requests received so far, in order."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def remaining(self) -> int:
+        """How many scripted steps are still unused."""
+        with self._lock:
+            return len(self._script)
+
+    def push(self, *steps: Step) -> None:
+        """Append steps to the script."""
+        with self._lock:
+            self._script.extend(steps)
+
+    def start(self) -> ScriptedServer:
+        """Serve in a background thread."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving now, cutting stalled and open connections."""
+        self._closing.set()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> ScriptedServer:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def _track(self, connection: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._connections.add(connection)
+            else:
+                self._connections.discard(connection)
+
+    def _record(self, body: bytes) -> int:
+        with self._lock:
+            self._requests.append(body)
+            return len(self._requests)
+
+    def _next_step(self) -> Step:
+        with self._lock:
+            return self._script.popleft() if self._script else self.when_empty
+
+    def _cache(self, prompt: list[str]) -> int:
+        with self._lock:
+            shared = max((_shared_prefix(prompt, earlier) for earlier in self._history), default=0)
+            self._history.append(prompt)
+        return max(0, min(shared, len(prompt) - 1))
+
+
+def load_script(path: Path) -> list[Step]:
+    """Steps from a JSON file holding a list of step objects."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON list of steps")
+    return [Step.from_dict(item) for item in data]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve a script from the command line until interrupted."""
+    parser = argparse.ArgumentParser(description="Serve a scripted OpenAI-compatible model.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--script", type=Path, help="JSON file: a list of step objects")
+    parser.add_argument("--model", default="scripted")
+    args = parser.parse_args(argv)
+    script = load_script(args.script) if args.script else []
+    with ScriptedServer(script, model=args.model, host=args.host, port=args.port) as server:
+        print(f"serving {len(script)} step(s) at {server.base_url} (Ctrl-C stops)", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

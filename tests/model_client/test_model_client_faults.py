@@ -1,0 +1,259 @@
+"""Each way a model server can fail maps to one exception with a clear message."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+from mc_helpers import chat_body, first_turn, mock_client
+
+from chat.model_client import (
+    ModelCancelled,
+    ModelError,
+    ModelHTTPError,
+    ModelProtocolError,
+    ModelStreamCut,
+    ModelTimeout,
+    ModelUnavailable,
+    Timeouts,
+    stream_chat,
+)
+from chat.testing.scripted_server import ScriptedServer, Step
+
+FAST = Timeouts(connect=2.0, first_token=10.0, between_chunks=10.0)
+TEXT = "This answer will not arrive in one piece, sadly."
+
+
+def ask(server: ScriptedServer, timeouts: Timeouts = FAST, **kwargs: object) -> None:
+    stream_chat(
+        base_url=server.base_url,
+        api_key=None,
+        body=chat_body(first_turn()),
+        timeouts=timeouts,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def url_of(server: ScriptedServer) -> str:
+    return server.base_url + "/chat/completions"
+
+
+def one_line(error: ModelError) -> str:
+    message = str(error)
+    assert "\n" not in message
+    return message
+
+
+def test_refused_answer(server: ScriptedServer) -> None:
+    server.push(Step(text=TEXT, fault="refuse"))
+    with pytest.raises(ModelUnavailable) as caught:
+        ask(server)
+    assert url_of(server) in one_line(caught.value)
+    assert "without answering" in str(caught.value)
+    assert caught.value.url == url_of(server)
+    assert len(server.requests) == 1
+
+
+def test_http_500_names_status_and_server_message(server: ScriptedServer) -> None:
+    server.push(Step(text="the slot crashed: out of memory", fault="http500"))
+    with pytest.raises(ModelHTTPError) as caught:
+        ask(server)
+    assert caught.value.status == 500
+    assert caught.value.excerpt == "the slot crashed: out of memory"
+    assert one_line(caught.value) == (
+        f"The model server at {url_of(server)} answered HTTP 500: the slot crashed: out of memory"
+    )
+
+
+def test_malformed_event_keeps_partial_text(server: ScriptedServer) -> None:
+    server.push(Step(text=TEXT, fault="malformed"))
+    with pytest.raises(ModelProtocolError) as caught:
+        ask(server)
+    assert "not JSON" in one_line(caught.value)
+    assert url_of(server) in str(caught.value)
+    assert caught.value.partial is not None
+    assert caught.value.partial.text == TEXT[:3]
+
+
+def test_cut_stream_keeps_partial_text(server: ScriptedServer) -> None:
+    server.push(Step(text=TEXT, fault="cut", chunk_size=5))
+    with pytest.raises(ModelStreamCut) as caught:
+        ask(server)
+    partial = caught.value.partial
+    assert partial is not None
+    assert partial.text and TEXT.startswith(partial.text) and partial.text != TEXT
+    assert partial.finish_reason is None
+    assert f"{len(partial.text)} characters" in one_line(caught.value)
+
+
+def test_cut_during_tool_calls_keeps_them(server: ScriptedServer) -> None:
+    server.push(Step(tool_calls=[("read", {"path": "a.txt"}), ("read", {"path": "b.txt"})], fault="cut"))
+    with pytest.raises(ModelStreamCut) as caught:
+        ask(server)
+    assert caught.value.partial is not None
+    assert [c.name for c in caught.value.partial.tool_calls][:1] == ["read"]
+
+
+def test_html_answer_is_a_protocol_error(server: ScriptedServer) -> None:
+    server.push(Step(fault="garbage"))
+    with pytest.raises(ModelProtocolError) as caught:
+        ask(server)
+    message = one_line(caught.value)
+    assert "text/html instead of an event stream" in message
+    assert "Bad Gateway" in message
+
+
+def test_closed_port_is_unavailable() -> None:
+    with ScriptedServer() as gone:
+        url = gone.base_url
+    with pytest.raises(ModelUnavailable) as caught:
+        stream_chat(base_url=url, api_key=None, body=b"{}", timeouts=FAST)
+    assert one_line(caught.value) == f"Cannot reach the model server at {url}/chat/completions: connection refused."
+
+
+def test_connect_timeout_is_unavailable() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectTimeout("timed out", request=request)
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    with pytest.raises(ModelUnavailable, match="connection timed out"):
+        stream_chat(base_url="http://model.lan:8080/v1", api_key=None, body=b"{}", timeouts=FAST, client=client)
+
+
+def test_unknown_host_is_unavailable() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        try:
+            raise socket.gaierror(-2, "Name or service not known")
+        except socket.gaierror as error:
+            raise httpx.ConnectError(str(error), request=request) from error
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    with pytest.raises(ModelUnavailable) as caught:
+        stream_chat(base_url="http://model.lan:8080/v1", api_key=None, body=b"{}", timeouts=FAST, client=client)
+    assert str(caught.value) == (
+        "Cannot reach the model server at http://model.lan:8080/v1/chat/completions: host name not found."
+    )
+
+
+def test_first_token_timeout_on_stall(server: ScriptedServer) -> None:
+    server.push(Step(fault="stall"))
+    started = time.monotonic()
+    with pytest.raises(ModelTimeout) as caught:
+        ask(server, Timeouts(connect=2.0, first_token=0.4, between_chunks=30.0))
+    elapsed = time.monotonic() - started
+    assert 0.35 <= elapsed < 1.5
+    assert caught.value.which == "first_token"
+    assert caught.value.seconds == 0.4
+    assert one_line(caught.value) == f"The model server at {url_of(server)} sent no first token within 0.4 s."
+    assert caught.value.partial is not None and caught.value.partial.text == ""
+
+
+def test_keep_alive_comments_do_not_extend_the_first_token_wait(server: ScriptedServer) -> None:
+    server.push(Step(fault="keepalive", delay=0.1))
+    started = time.monotonic()
+    with pytest.raises(ModelTimeout) as caught:
+        ask(server, Timeouts(connect=2.0, first_token=0.6, between_chunks=0.3))
+    assert caught.value.which == "first_token"
+    assert 0.55 <= time.monotonic() - started < 1.5
+
+
+def test_between_chunks_timeout_keeps_partial_text(server: ScriptedServer) -> None:
+    server.push(Step(text="abcdefghijkl", chunk_size=3, delay=0.7))
+    started = time.monotonic()
+    with pytest.raises(ModelTimeout) as caught:
+        ask(server, Timeouts(connect=2.0, first_token=5.0, between_chunks=0.3))
+    assert caught.value.which == "between_chunks"
+    assert "went silent for 0.3 s" in one_line(caught.value)
+    assert caught.value.partial is not None
+    assert caught.value.partial.text == "abc"
+    assert caught.value.partial.time_to_first_token is not None
+    assert time.monotonic() - started < 2.0
+
+
+def cancel_after(seconds: float) -> tuple[threading.Event, list[float]]:
+    event = threading.Event()
+    fired: list[float] = []
+
+    def fire() -> None:
+        fired.append(time.monotonic())
+        event.set()
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    return event, fired
+
+
+def test_cancel_interrupts_a_stalled_read(server: ScriptedServer) -> None:
+    server.push(Step(fault="stall"))
+    cancel, fired = cancel_after(0.3)
+    with pytest.raises(ModelCancelled) as caught:
+        ask(server, Timeouts(), cancel=cancel)
+    assert time.monotonic() - fired[0] < 0.5
+    assert one_line(caught.value) == f"The request to {url_of(server)} was cancelled."
+
+
+def test_cancel_mid_answer_keeps_partial_text(server: ScriptedServer) -> None:
+    server.push(Step(text="one two three four five six seven", chunk_size=4, delay=0.15))
+    cancel, fired = cancel_after(0.5)
+    seen: list[str] = []
+    with pytest.raises(ModelCancelled) as caught:
+        ask(server, Timeouts(), cancel=cancel, on_text=seen.append)
+    assert time.monotonic() - fired[0] < 0.5
+    assert caught.value.partial is not None
+    assert caught.value.partial.text == "".join(seen)
+    assert caught.value.partial.text
+
+
+def test_cancel_before_start(server: ScriptedServer) -> None:
+    cancel = threading.Event()
+    cancel.set()
+    started = time.monotonic()
+    with pytest.raises(ModelCancelled):
+        ask(server, cancel=cancel)
+    assert time.monotonic() - started < 0.5
+
+
+def test_cancel_while_the_server_holds_back_its_headers() -> None:
+    release = threading.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        release.wait(5)
+        return httpx.Response(200, headers={"Content-Type": "text/event-stream"}, content=b"")
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    cancel, fired = cancel_after(0.2)
+    try:
+        with pytest.raises(ModelCancelled):
+            stream_chat(
+                base_url="http://m/v1",
+                api_key=None,
+                body=b"{}",
+                timeouts=Timeouts(),
+                cancel=cancel,
+                client=client,
+            )
+        assert time.monotonic() - fired[0] < 0.5
+    finally:
+        release.set()
+
+
+def test_http_error_with_plain_text_body() -> None:
+    client = mock_client([b"upstream   connect\n error"], status=502, content_type="text/plain")
+    with pytest.raises(ModelHTTPError) as caught:
+        stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client)
+    assert caught.value.status == 502
+    assert (
+        str(caught.value)
+        == "The model server at http://m/v1/chat/completions answered HTTP 502: upstream connect error"
+    )
+
+
+def test_http_error_excerpt_is_short() -> None:
+    client = mock_client([b"x" * 5000], status=503, content_type="text/plain")
+    with pytest.raises(ModelHTTPError) as caught:
+        stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client)
+    assert len(caught.value.excerpt) <= 300

@@ -1,0 +1,165 @@
+"""The client against the scripted server: text, reasoning, tool calls, usage and caching."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mc_helpers import chat_body, first_turn
+
+from chat.model_client import (
+    ModelUnavailable,
+    Timeouts,
+    ToolCall,
+    list_models,
+    stream_chat,
+)
+from chat.testing.scripted_server import ScriptedServer, Step
+
+FAST = Timeouts(connect=2.0, first_token=10.0, between_chunks=10.0)
+
+
+def test_text_streams_in_pieces(server: ScriptedServer) -> None:
+    text = "The quick brown fox jumps over the lazy dog. Ünïcödé ✓"
+    server.push(Step(text=text, chunk_size=4))
+    pieces: list[str] = []
+    done = stream_chat(
+        base_url=server.base_url,
+        api_key=None,
+        body=chat_body(first_turn()),
+        timeouts=FAST,
+        on_text=pieces.append,
+    )
+    assert done.text == text
+    assert "".join(pieces) == text
+    assert len(pieces) == -(-len(text) // 4)
+    assert done.reasoning == ""
+    assert done.tool_calls == []
+    assert done.finish_reason == "stop"
+    assert done.model == "scripted"
+    assert done.time_to_first_token is not None
+    assert 0 <= done.time_to_first_token <= done.total_time
+
+
+def test_body_is_sent_byte_for_byte(server: ScriptedServer) -> None:
+    body = b'{"stream":true,  "messages":[{"role":"user","content":"caf\\u00e9"}],"model":"m",' + (
+        b'"stream_options":{"include_usage":true}}'
+    )
+    server.push(Step(text="ok"), Step(text="ok"))
+    stream_chat(base_url=server.base_url, api_key="secret", body=body, timeouts=FAST)
+    stream_chat(base_url=server.base_url + "/", api_key=None, body=body, timeouts=FAST)
+    assert server.requests == [body, body]
+
+
+def test_reasoning_then_text(server: ScriptedServer) -> None:
+    server.push(Step(reasoning="Let me think about it.", text="Forty-two."))
+    thoughts: list[str] = []
+    done = stream_chat(
+        base_url=server.base_url,
+        api_key=None,
+        body=chat_body(first_turn()),
+        timeouts=FAST,
+        on_reasoning=thoughts.append,
+    )
+    assert done.reasoning == "Let me think about it."
+    assert "".join(thoughts) == done.reasoning
+    assert done.text == "Forty-two."
+
+
+def test_several_tool_calls_split_across_chunks(server: ScriptedServer) -> None:
+    raw = '{"pattern": "def \\\\w+", "glob": "*.py"}'
+    server.push(
+        Step(
+            text="Looking.",
+            tool_calls=[("read", {"path": "src/app.py", "offset": 10}), ("grep", raw), ("list", {})],
+            chunk_size=2,
+        )
+    )
+    announced: list[tuple[int, str, str]] = []
+
+    def on_call(call: ToolCall) -> None:
+        announced.append((call.index, call.id, call.name))
+
+    done = stream_chat(
+        base_url=server.base_url,
+        api_key=None,
+        body=chat_body(first_turn()),
+        timeouts=FAST,
+        on_tool_call=on_call,
+    )
+    assert done.finish_reason == "tool_calls"
+    assert done.text == "Looking."
+    assert [(c.index, c.name) for c in done.tool_calls] == [(0, "read"), (1, "grep"), (2, "list")]
+    assert json.loads(done.tool_calls[0].arguments) == {"path": "src/app.py", "offset": 10}
+    assert done.tool_calls[1].arguments == raw
+    assert done.tool_calls[2].arguments == "{}"
+    assert len({c.id for c in done.tool_calls}) == 3
+    assert all(c.id for c in done.tool_calls)
+    assert announced == [(c.index, c.id, c.name) for c in done.tool_calls]
+
+
+def test_usage_timings_and_cached_tokens(server: ScriptedServer) -> None:
+    server.push(Step(text="Hi there."))
+    done = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST)
+    assert done.usage is not None and done.timings is not None
+    assert done.prompt_tokens == done.usage["prompt_tokens"] > 50
+    assert done.completion_tokens == done.usage["completion_tokens"] > 0
+    assert done.cached_tokens == done.usage["prompt_tokens_details"]["cached_tokens"] == 0
+    assert done.timings["prompt_n"] == done.prompt_tokens
+    assert done.timings["cache_n"] == 0
+
+
+def test_cached_tokens_grow_across_requests_sharing_a_prefix(server: ScriptedServer) -> None:
+    messages = first_turn("What is in the workspace?")
+    results = []
+    for answer in ("It holds three files.", "The largest is app.py.", "Done."):
+        server.push(Step(text=answer))
+        done = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(messages), timeouts=FAST)
+        results.append(done)
+        messages = [
+            *messages,
+            {"role": "assistant", "content": done.text},
+            {"role": "user", "content": "And?"},
+        ]
+    prompts = [r.prompt_tokens or 0 for r in results]
+    cached = [r.cached_tokens or 0 for r in results]
+    assert cached[0] == 0
+    assert prompts[0] < prompts[1] < prompts[2]
+    assert 0 < cached[1] < cached[2]
+    assert cached[1] >= prompts[0] - 2
+    assert cached[2] >= prompts[1] - 2
+
+    server.push(Step(text="Fresh."))
+    other = [{"role": "system", "content": "A different system prompt."}, {"role": "user", "content": "Hi"}]
+    fresh = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(other), timeouts=FAST)
+    assert fresh.cached_tokens is not None and fresh.cached_tokens < 5
+
+
+def test_same_request_twice_caches_all_but_the_last_token(server: ScriptedServer) -> None:
+    body = chat_body(first_turn())
+    server.push(Step(text="a"), Step(text="b"))
+    first = stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=FAST)
+    second = stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=FAST)
+    assert first.prompt_tokens == second.prompt_tokens
+    assert second.cached_tokens == (second.prompt_tokens or 0) - 1
+
+
+def test_tools_count_in_the_prompt(server: ScriptedServer) -> None:
+    tools = [{"type": "function", "function": {"name": "read", "description": "Read a file. " * 10}}]
+    server.push(Step(text="a"), Step(text="b"))
+    bare = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST)
+    with_tools = stream_chat(
+        base_url=server.base_url, api_key=None, body=chat_body(first_turn(), tools=tools), timeouts=FAST
+    )
+    assert (with_tools.prompt_tokens or 0) > (bare.prompt_tokens or 0) + 20
+
+
+def test_list_models(server: ScriptedServer) -> None:
+    assert list_models(base_url=server.base_url, api_key="k") == ["scripted"]
+
+
+def test_list_models_unreachable() -> None:
+    with ScriptedServer() as gone:
+        url = gone.base_url
+    with pytest.raises(ModelUnavailable, match="connection refused"):
+        list_models(base_url=url, api_key=None, timeout=2.0)
