@@ -1,0 +1,76 @@
+"""Opening a workspace file safely, telling text from binary, and the line model of the rules."""
+
+from __future__ import annotations
+
+import difflib
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+from .context import ToolContext
+from .errors import ToolError, printable, shown
+
+SNIFF_BYTES = 8192
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_regular(path: str | Path, ctx: ToolContext) -> BinaryIO:
+    """Open the resolved ``path`` for reading; refused unless it is a regular file.
+
+    ``O_NOFOLLOW`` keeps a symlink swapped in after resolution from being followed, and ``O_NONBLOCK``
+    keeps a FIFO from blocking the call.
+    """
+    config = ctx.config
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as error:
+        if error.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise ToolError(config.error("not_found", path=shown(path))) from None
+        if error.errno == errno.ELOOP:
+            raise ToolError(config.error("symlink_loop", path=shown(path))) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        key = "is_folder" if stat.S_ISDIR(mode) else "special_file"
+        raise ToolError(config.error(key, path=shown(path)))
+    return os.fdopen(fd, "rb")
+
+
+def is_binary(head: bytes) -> bool:
+    """Whether a file whose first bytes are ``head`` is binary: a NUL byte in its first 8 KiB."""
+    return b"\x00" in head[:SNIFF_BYTES]
+
+
+def clean(text: str) -> str:
+    """A string from the model with any lone surrogate replaced, so it can be written as UTF-8."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def decode_exact(data: bytes) -> str:
+    """File content as text that encodes back to exactly ``data`` (see :func:`encode_exact`)."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def encode_exact(text: str) -> bytes:
+    """The bytes of text made by :func:`decode_exact`, invalid UTF-8 of the file kept as it was."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text``: split at ``\\n``, a final newline adds no line."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def unified_diff(old_text: str, new_text: str) -> str:
+    """The hunks of the unified diff (three lines of context) from ``old_text`` to ``new_text``."""
+    lines = difflib.unified_diff(split_lines(old_text), split_lines(new_text), n=3, lineterm="")
+    hunks = [printable(line.removesuffix("\r")) for index, line in enumerate(lines) if index >= 2]
+    return "\n".join(hunks)

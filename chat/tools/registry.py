@@ -1,0 +1,108 @@
+"""The tool table, the list offered to the model, and one call: arguments parsed, mode checked, run."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sessions_app.hygiene.outcomes import ErrorOutcome, Outcome
+
+from .context import ToolContext
+from .edits import edit, multiedit, write
+from .errors import ToolError, one_line, shown
+from .listing import list_
+from .patch import apply_patch
+from .read import read
+from .recall import recall
+from .run import run
+from .schemas import SCHEMAS
+from .search import glob, grep
+
+Category = Literal["read", "write", "command"]
+ToolFunction = Callable[[Mapping[str, object], ToolContext], Outcome]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool: its name, what runs it, the schema offered to the model, and its category."""
+
+    name: str
+    function: ToolFunction
+    schema: dict[str, Any]
+    category: Category
+
+
+def _tool(name: str, function: ToolFunction, category: Category) -> Tool:
+    return Tool(name, function, SCHEMAS[name], category)
+
+
+TOOLS: tuple[Tool, ...] = (
+    _tool("read", read, "read"),
+    _tool("list", list_, "read"),
+    _tool("glob", glob, "read"),
+    _tool("grep", grep, "read"),
+    _tool("recall", recall, "read"),
+    _tool("edit", edit, "write"),
+    _tool("multiedit", multiedit, "write"),
+    _tool("write", write, "write"),
+    _tool("apply_patch", apply_patch, "write"),
+    _tool("run", run, "command"),
+)
+TOOLS_BY_NAME: dict[str, Tool] = {tool.name: tool for tool in TOOLS}
+MODE_CATEGORIES: dict[str, frozenset[Category]] = {
+    "plan": frozenset({"read"}),
+    "edit": frozenset({"read", "write"}),
+    "full": frozenset({"read", "write", "command"}),
+}
+
+
+def offered(*, allow_commands: bool) -> tuple[Tool, ...]:
+    """The tools a session offers, in their fixed order; ``run`` only where commands are allowed."""
+    return tuple(tool for tool in TOOLS if tool.category != "command" or allow_commands)
+
+
+def tool_list(*, allow_commands: bool) -> list[dict[str, Any]]:
+    """The schemas of the tools a session offers, for the request's ``tools``, in a fixed order."""
+    return [json.loads(json.dumps(tool.schema)) for tool in offered(allow_commands=allow_commands)]
+
+
+def call_tool(name: str, raw_arguments: str, ctx: ToolContext) -> tuple[object, Outcome]:
+    """Run one call: (its arguments parsed, or the raw string when not JSON; its outcome)."""
+    arguments, problem = _parse(name, raw_arguments, ctx)
+    config = ctx.config
+    tools = offered(allow_commands=ctx.allow_commands)
+    tool = TOOLS_BY_NAME.get(name)
+    if tool is None or tool not in tools:
+        names = ", ".join(item.name for item in tools)
+        return arguments, ErrorOutcome(one_line(config.error("unknown_tool", tool=name, tools=names)))
+    if tool.category not in MODE_CATEGORIES.get(ctx.mode, frozenset({"read"})):
+        return arguments, ErrorOutcome(one_line(config.unavailable[name].format(mode=ctx.mode)))
+    if problem is not None or not isinstance(arguments, dict):
+        return arguments, ErrorOutcome(one_line(problem or config.error("not_object", tool=name)))
+    try:
+        outcome = tool.function(arguments, ctx)
+    except ToolError as error:
+        return arguments, ErrorOutcome(one_line(error.message))
+    except OSError as error:
+        message = config.error("os_error", path=_error_path(error, ctx), detail=error.strerror or error)
+        return arguments, ErrorOutcome(one_line(message))
+    return arguments, outcome
+
+
+def _error_path(error: OSError, ctx: ToolContext) -> str:
+    filename = error.filename
+    if isinstance(filename, str | bytes):
+        return shown(os.fsdecode(filename))
+    return shown(ctx.root)
+
+
+def _parse(name: str, raw_arguments: str, ctx: ToolContext) -> tuple[object, str | None]:
+    if not raw_arguments.strip():
+        return {}, None
+    try:
+        return json.loads(raw_arguments), None
+    except (json.JSONDecodeError, RecursionError) as error:
+        return raw_arguments, ctx.config.error("bad_json", tool=name, detail=error)

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chat.tools import ToolContext
+from sessions_app.hygiene.config import ContextConfig, context_config
+
+LOOP_JSON = Path(__file__).resolve().parents[2] / "prompts" / "loop.json"
+
+
+@pytest.fixture(scope="session")
+def config() -> ContextConfig:
+    with LOOP_JSON.open(encoding="utf-8") as handle:
+        return context_config(json.load(handle)["context"])
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    return folder.resolve()
+
+
+@pytest.fixture
+def make_ctx(ws: Path, config: ContextConfig) -> Callable[..., ToolContext]:
+    def make(**overrides: Any) -> ToolContext:
+        values: dict[str, Any] = {
+            "root": ws,
+            "config": config,
+            "mode": "full",
+            "allow_commands": True,
+            "last_seen_sha": lambda path: None,
+            "recall": lambda number: None,
+        }
+        values.update(overrides)
+        return ToolContext(**values)
+
+    return make
+
+
+@pytest.fixture
+def ctx(make_ctx: Callable[..., ToolContext]) -> ToolContext:
+    return make_ctx()
