@@ -32,6 +32,7 @@ class LlamaServer:
         alias: str | None = None,
         startup_timeout: float = 60.0,
         verbosity: int = 2,
+        n_predict: int = -1,
     ) -> None:
         self.model_path = Path(model_path)
         self.ctx_size = ctx_size
@@ -40,6 +41,7 @@ class LlamaServer:
         self.alias = alias or self.model_path.stem
         self.startup_timeout = startup_timeout
         self.verbosity = verbosity
+        self.n_predict = n_predict
         self._server: Any = None
         self._address = ""
 
@@ -62,6 +64,7 @@ class LlamaServer:
         params.warmup = False
         params.ui = False
         params.verbosity = self.verbosity
+        params.n_predict = self.n_predict
         return params
 
     @property

@@ -44,9 +44,7 @@ def announce_stale(pending: dict[str, list[PriorResult]], abs_path: str, new_sha
     return tuple(entry.number for entry in reads if entry.sha256 != new_sha)
 
 
-def render_edit(
-    *, number: int, outcome: EditOutcome, table: Sequence[PriorResult], config: ContextConfig
-) -> Rendered:
+def render_edit(*, number: int, outcome: EditOutcome, table: Sequence[PriorResult], config: ContextConfig) -> Rendered:
     """One change under the result's bracket, or the id alone and each file under its own bracket, in order.
 
     An update shows its diff, capped; a new file the ``created`` line; a deleted file its bracket alone.

@@ -27,9 +27,7 @@ def containing_read(table: Sequence[PriorResult], outcome: ReadOutcome) -> Prior
     return None
 
 
-def render_read(
-    *, number: int, outcome: ReadOutcome, table: Sequence[PriorResult], config: ContextConfig
-) -> Rendered:
+def render_read(*, number: int, outcome: ReadOutcome, table: Sequence[PriorResult], config: ContextConfig) -> Rendered:
     """A read in full under its bracket, or its bracket and a stub naming the newest read that contains it.
 
     An empty file is always answered in full: its bracket alone says all a stub would, in fewer words,

@@ -39,9 +39,7 @@ def open_turn(session: ChatSession) -> Turn | None:
 
 
 def last_live_turn(session: ChatSession) -> Turn | None:
-    return (
-        Turn.objects.filter(session=session).exclude(status=TurnStatus.TAKEN_BACK).order_by("-number").first()
-    )
+    return Turn.objects.filter(session=session).exclude(status=TurnStatus.TAKEN_BACK).order_by("-number").first()
 
 
 def session_turns(*, owner: AbstractBaseUser | AnonymousUser, session: ChatSession) -> QuerySet[Turn]:

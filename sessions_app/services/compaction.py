@@ -32,9 +32,7 @@ def covered_reads(session: ChatSession, *, generation: Generation) -> list[Table
 
 
 @transaction.atomic
-def compaction_apply(
-    *, session: ChatSession, summary: str, config: ContextConfig | None = None
-) -> Generation:
+def compaction_apply(*, session: ChatSession, summary: str, config: ContextConfig | None = None) -> Generation:
     """Start the next generation from ``summary``; an empty summary changes nothing."""
     session = ChatSession.objects.select_for_update(no_key=True).get(pk=session.pk)
     if Turn.objects.filter(session=session, status=TurnStatus.OPEN).exists():

@@ -48,9 +48,7 @@ def _break_boundary(pending: dict[str, Any], built: BuiltRequest) -> int:
     earlier = [index for number, index in built.turn_user_index.items() if number < first_taken_back]
     if not earlier:
         return built.message_end(0)
-    return (
-        built.message_end(max(earlier) + 1) if max(earlier) + 1 < len(built.messages) else len(built.body) - 2
-    )
+    return built.message_end(max(earlier) + 1) if max(earlier) + 1 < len(built.messages) else len(built.body) - 2
 
 
 def prefix_verdict(

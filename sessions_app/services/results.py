@@ -12,13 +12,7 @@ from sessions_app.hygiene import PriorResult, Rendered, args_key, render_result
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.hygiene.outcomes import EditOutcome, Outcome, ReadOutcome
 from sessions_app.models import ChatSession, Result, Step, Turn
-
-NUL_STANDIN = "\u2400"
-
-
-def pg_safe(text: str) -> str:
-    """Postgres text cannot hold NUL; the model is sent what is stored, so both see the same stand-in."""
-    return text.replace("\x00", NUL_STANDIN) if "\x00" in text else text
+from sessions_app.text import pg_safe
 
 
 def prior_result(result: Result) -> PriorResult:

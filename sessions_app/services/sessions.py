@@ -30,9 +30,7 @@ def generation_create(
     """A generation with its system prompt built now, as at a session's start, then frozen."""
     base = prompts.system_prompt(workspace_name=session.workspace.name, model_name=model_name, mode=mode)
     if summary:
-        system = system_prompt_with_summary(
-            base, summary=summary, table=table, config=config or prompts.rules_config()
-        )
+        system = system_prompt_with_summary(base, summary=summary, table=table, config=config or prompts.rules_config())
     else:
         system = base
     return Generation.objects.create(
@@ -107,9 +105,7 @@ def session_change_model(*, session: ChatSession, endpoint: ModelEndpoint, model
     session.model_name = model_name
     session.generation_number = number
     session.pending_breaks = [*session.pending_breaks, {"cause": "model_change"}]
-    session.save(
-        update_fields=["endpoint", "model_name", "generation_number", "pending_breaks", "updated_at"]
-    )
+    session.save(update_fields=["endpoint", "model_name", "generation_number", "pending_breaks", "updated_at"])
     return session
 
 

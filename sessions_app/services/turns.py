@@ -13,6 +13,7 @@ from sessions_app.hygiene import StatedContext, compose_message
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import ChatSession, Generation, Step, Turn, TurnStatus
 from sessions_app.selectors.sessions import history_turns
+from sessions_app.text import pg_safe
 
 
 def stated_context(session: ChatSession, *, generation: Generation) -> StatedContext:
@@ -22,9 +23,7 @@ def stated_context(session: ChatSession, *, generation: Generation) -> StatedCon
         stated = StatedContext(
             date=turn.note_date or stated.date,
             mode=turn.note_mode or stated.mode,
-            instructions=stated.instructions
-            if turn.note_instructions is None
-            else (turn.note_instructions or None),
+            instructions=stated.instructions if turn.note_instructions is None else (turn.note_instructions or None),
         )
     return stated
 
@@ -67,8 +66,8 @@ def turn_start(
         session=session,
         number=_next_turn_number(session),
         generation=generation,
-        words=words,
-        message=composed.text,
+        words=pg_safe(words),
+        message=pg_safe(composed.text),
         note_date=composed.date_noted or "",
         note_mode=composed.mode_noted or "",
         note_instructions=composed.instructions_noted,
@@ -115,9 +114,12 @@ def step_record(
     return Step.objects.create(
         turn=turn,
         number=number,
-        text=text,
-        reasoning=reasoning,
-        tool_calls=[{"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in tool_calls],
+        text=pg_safe(text),
+        reasoning=pg_safe(reasoning),
+        tool_calls=[
+            {"id": pg_safe(c["id"]), "name": pg_safe(c["name"]), "arguments": pg_safe(c["arguments"])}
+            for c in tool_calls
+        ],
         finish_reason=finish_reason or "",
     )
 
@@ -125,7 +127,7 @@ def step_record(
 @transaction.atomic
 def turn_finish(*, turn: Turn, reply_text: str) -> Turn:
     turn = Turn.objects.select_for_update(no_key=True).get(pk=turn.pk)
-    turn.reply_text = reply_text
+    turn.reply_text = pg_safe(reply_text)
     turn.status = TurnStatus.DONE
     turn.finished_at = timezone.now()
     turn.save(update_fields=["reply_text", "status", "finished_at"])
@@ -139,8 +141,8 @@ def turn_fail(*, turn: Turn, error: str, reply_text: str = "", interrupted: bool
     turn = Turn.objects.select_for_update(no_key=True).get(pk=turn.pk)
     if turn.status != TurnStatus.OPEN:
         return turn
-    turn.reply_text = reply_text
-    turn.error = error
+    turn.reply_text = pg_safe(reply_text)
+    turn.error = pg_safe(error)
     turn.status = TurnStatus.INTERRUPTED if interrupted else TurnStatus.FAILED
     turn.finished_at = timezone.now()
     turn.save(update_fields=["reply_text", "error", "status", "finished_at"])

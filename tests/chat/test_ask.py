@@ -59,7 +59,10 @@ def test_twenty_turns_through_ask(user: Any, workspace_dir: Path, scripted: Scri
                 Step(text=f"Edited m{n}.py."),
             )
         elif turn % 4 == 1:
-            reads = [("read", {"path": f"m{n}.py"}), ("read", {"path": f"m{n}.py", "offset": 3, "limit": 5})]
+            reads: list[tuple[str, dict[str, Any] | str]] = [
+                ("read", {"path": f"m{n}.py"}),
+                ("read", {"path": f"m{n}.py", "offset": 3, "limit": 5}),
+            ]
             scripted.push(Step(tool_calls=reads), Step(text="Read twice."))
         else:
             scripted.push(Step(text=f"Answer {turn}."))

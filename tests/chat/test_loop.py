@@ -374,3 +374,13 @@ def test_step_limit_ends_the_reply(scripted: ScriptedServer, scripted_session: C
     assert turn.status == TurnStatus.DONE
     assert "3 steps" in turn.reply_text
     assert len(scripted.requests) == 3
+
+
+def test_nul_bytes_from_the_model_are_stored_as_a_stand_in(
+    scripted: ScriptedServer, scripted_session: ChatSession
+) -> None:
+    scripted.push(Step(text="bad\x00byte", tool_calls=[("read", '{"path": "a\\u0000b"}')]), Step(text="ok\x00"))
+    turn = _loop(scripted_session).send("garbage please").turn
+    assert turn.status == TurnStatus.DONE
+    assert turn.reply_text == "bad\u2400byte\n\nok\u2400"
+    assert "\x00" not in Result.objects.get(turn=turn).arguments_raw

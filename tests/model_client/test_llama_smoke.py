@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mc_helpers import SYSTEM
 
 from chat.model_client import Completion, Timeouts, list_models, stream_chat
 from chat.testing.tiny_gguf import ModelShape, write_model
+from tests.model_client.mc_helpers import SYSTEM
 
 pytest.importorskip("xllamacpp")
 

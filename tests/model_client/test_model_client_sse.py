@@ -6,7 +6,6 @@ import json
 
 import httpx
 import pytest
-from mc_helpers import bytewise, delta_chunk, mock_client, sse
 
 from chat.model_client import (
     ModelHTTPError,
@@ -19,6 +18,7 @@ from chat.model_client import (
     ToolCall,
     stream_chat,
 )
+from tests.model_client.mc_helpers import bytewise, delta_chunk, mock_client, sse
 
 FAST = Timeouts(connect=2.0, first_token=5.0, between_chunks=5.0)
 

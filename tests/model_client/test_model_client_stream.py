@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from mc_helpers import chat_body, first_turn
 
 from chat.model_client import (
     ModelUnavailable,
@@ -15,6 +14,7 @@ from chat.model_client import (
     stream_chat,
 )
 from chat.testing.scripted_server import ScriptedServer, Step
+from tests.model_client.mc_helpers import chat_body, first_turn
 
 FAST = Timeouts(connect=2.0, first_token=10.0, between_chunks=10.0)
 

@@ -35,9 +35,7 @@ class Command(BaseCommand):
         )
         if password is not None:
             self.stdout.write(
-                self.style.SUCCESS(
-                    f"Created the admin account. Log in at {url} as admin with password {password}"
-                )
+                self.style.SUCCESS(f"Created the admin account. Log in at {url} as admin with password {password}")
             )
             self.stdout.write("Change it with: python manage.py changepassword admin")
         if options["no_serve"]:
@@ -45,6 +43,4 @@ class Command(BaseCommand):
         self.stdout.write(f"Cachet is serving on {url}")
         from daphne.cli import CommandLineInterface
 
-        CommandLineInterface().run(
-            ["-b", options["host"], "-p", str(options["port"]), "cachet.asgi:application"]
-        )
+        CommandLineInterface().run(["-b", options["host"], "-p", str(options["port"]), "cachet.asgi:application"])

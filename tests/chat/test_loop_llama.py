@@ -1,0 +1,49 @@
+"""A short session through the reply loop against a real llama.cpp server on a generated model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chat.loop import ReplyLoop
+from chat.model_client import Timeouts
+from chat.testing.llama import LlamaServer
+from chat.testing.tiny_gguf import ModelShape, write_model
+from chat.tools import tool_list
+from sessions_app.models import BreakCause, ModelEndpoint, ModelRequest, TurnStatus, Workspace
+from sessions_app.services.sessions import session_start
+
+pytestmark = [pytest.mark.llama, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", ModelShape(ctx=32768))
+    with LlamaServer(model, ctx_size=32768, n_predict=8, alias="tiny") as server:
+        yield server
+
+
+def test_a_session_against_llama_cpp_records_cached_tokens(
+    llama: LlamaServer, user: Any, workspace: Workspace, workspace_dir: Path
+) -> None:
+    (workspace_dir / "AGENTS.md").write_text("Answer briefly.\n")
+    endpoint = ModelEndpoint.objects.create(name="llama", base_url=llama.base_url, model="tiny", context_window=32768)
+    session = session_start(
+        owner=user, workspace=workspace, endpoint=endpoint, model_name="tiny", tools=tool_list(allow_commands=False)
+    )
+    loop = ReplyLoop(session, client_timeouts=Timeouts(connect=5, first_token=60, between_chunks=30))
+    for words in ("Hello there, what is in this workspace?", "And what should we do next?", "Thanks."):
+        turn = loop.send(words).turn
+        assert turn.status == TurnStatus.DONE, turn.error
+    requests = list(ModelRequest.objects.filter(session=session).order_by("id"))
+    assert len(requests) >= 3
+    assert requests[0].break_cause == BreakCause.FIRST
+    assert all(r.break_cause != BreakCause.UNEXPECTED for r in requests)
+    later = requests[1:]
+    assert all(r.prompt_tokens and r.cached_tokens is not None for r in later)
+    assert all((r.cached_tokens or 0) > 0 for r in later)
+    assert all(r.timings and "cache_n" in r.timings for r in requests)
+    assert requests[-1].cached_tokens and requests[-1].prompt_tokens
+    assert requests[-1].cached_tokens / requests[-1].prompt_tokens > 0.8
