@@ -82,13 +82,9 @@ def test_chars_without_final_newline_count_the_last_line_newline(config: Context
 
 def test_head_chars_limit_counts_each_newline(config: ContextConfig) -> None:
     body = numbered(10)
-    capped = cap_text(
-        body, full_id=ID, limits=limits(head_lines=5, head_chars=14, tail_chars=15), config=config
-    )
+    capped = cap_text(body, full_id=ID, limits=limits(head_lines=5, head_chars=14, tail_chars=15), config=config)
     assert capped == "line 1\nline 2\n[6 lines elided, full output #0020]\nline 9\nline 10"
-    capped = cap_text(
-        body, full_id=ID, limits=limits(head_lines=5, head_chars=13, tail_chars=14), config=config
-    )
+    capped = cap_text(body, full_id=ID, limits=limits(head_lines=5, head_chars=13, tail_chars=14), config=config)
     assert capped == "line 1\n[8 lines elided, full output #0020]\nline 10"
 
 
@@ -193,9 +189,7 @@ def test_cap_properties(config: ContextConfig, body: str, cap: CapLimits) -> Non
     else:
         assert head == lines[: len(head)]
         assert weight(head) <= cap.head_chars and len(head) <= cap.head_lines
-        next_fits = len(head) < min(len(lines), cap.head_lines) and (
-            weight(lines[: len(head) + 1]) <= cap.head_chars
-        )
+        next_fits = len(head) < min(len(lines), cap.head_lines) and (weight(lines[: len(head) + 1]) <= cap.head_chars)
         assert not next_fits
         assert head or cap.head_lines == 0 or not lines
     shown_head = len(head)
@@ -205,9 +199,7 @@ def test_cap_properties(config: ContextConfig, body: str, cap: CapLimits) -> Non
     assert weight(tail) <= cap.tail_chars and len(tail) <= cap.tail_lines
     room = len(lines) - shown_head - len(tail)
     tail_could_grow = (
-        len(tail) < cap.tail_lines
-        and room > 0
-        and (weight(lines[len(lines) - len(tail) - 1 :]) <= cap.tail_chars)
+        len(tail) < cap.tail_lines and room > 0 and (weight(lines[len(lines) - len(tail) - 1 :]) <= cap.tail_chars)
     )
     assert not tail_could_grow
     assert elided == config.text("elided", count=room, id=ID)

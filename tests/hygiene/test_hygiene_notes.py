@@ -59,8 +59,7 @@ def test_instructions_removed(config: ContextConfig) -> None:
     stated = StatedContext("2026-11-29", "edit", "Use tabs.")
     composed = compose(config, stated)
     assert composed.text == (
-        "hello\n\n<note>\nThe workspace has no AGENTS.md any more; "
-        "its earlier instructions no longer apply.\n</note>"
+        "hello\n\n<note>\nThe workspace has no AGENTS.md any more; its earlier instructions no longer apply.\n</note>"
     )
     assert composed.instructions_noted == ""
     assert stated_after(stated, composed) == StatedContext("2026-11-29", "edit", None)

@@ -11,9 +11,7 @@ STORED = "".join(f"row {n}\n" for n in range(1, 3401))
 
 
 def recall(config: ContextConfig, number: int, outcome: RecallOutcome) -> tuple[str, str, str]:
-    rendered = render_result(
-        number=number, tool="recall", args_key="{}", outcome=outcome, table=[], config=config
-    )
+    rendered = render_result(number=number, tool="recall", args_key="{}", outcome=outcome, table=[], config=config)
     return rendered.inserted_text, rendered.full_text, rendered.kind
 
 
@@ -91,17 +89,12 @@ def test_windows_over_all_offsets_reassemble_the_text(
         )
         last = min(len(lines), offset + step - 1)
         assert rendered.full_text == "\n".join(lines[offset - 1 : last])
-        assert (
-            rendered.inserted_text.split("\n")[0]
-            == f"[#0063 recall #0001 lines {offset}-{last} of {len(lines)}]"
-        )
+        assert rendered.inserted_text.split("\n")[0] == f"[#0063 recall #0001 lines {offset}-{last} of {len(lines)}]"
     parts = []
     for offset in range(1, len(lines) + 1, step):
         outcome = RecallOutcome(1, text, offset, limit)
         parts.append(
-            render_result(
-                number=99, tool="recall", args_key="{}", outcome=outcome, table=[], config=config
-            ).full_text
+            render_result(number=99, tool="recall", args_key="{}", outcome=outcome, table=[], config=config).full_text
         )
     final_newline = "\n" if text.endswith("\n") else ""
     assert "\n".join(parts) + final_newline == text

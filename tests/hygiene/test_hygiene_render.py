@@ -23,9 +23,7 @@ BIG_SHA = hashlib.sha256(BIG.encode()).hexdigest()
 SHA8 = BIG_SHA[:8]
 
 
-def read_of(
-    text: str, first: int, limit: int, *, path: str = "big.txt", abs_path: str = "/ws/big.txt"
-) -> ReadOutcome:
+def read_of(text: str, first: int, limit: int, *, path: str = "big.txt", abs_path: str = "/ws/big.txt") -> ReadOutcome:
     lines = text.removesuffix("\n").split("\n") if text else []
     last = min(len(lines), first + limit - 1)
     body = "\n".join(f"{n}: {lines[n - 1]}" for n in range(first, last + 1))
@@ -68,9 +66,7 @@ def test_read_bracket_and_body(config: ContextConfig) -> None:
         "read", {"path": "src/app.ts"}, read_of("import a\nexport b\n", 1, 2000, path="src/app.ts")
     )
     sha = hashlib.sha256(b"import a\nexport b\n").hexdigest()
-    assert (
-        rendered.inserted_text == f"[#0012 src/app.ts lines 1-2 of 2 sha {sha[:8]}]\n1: import a\n2: export b"
-    )
+    assert rendered.inserted_text == f"[#0012 src/app.ts lines 1-2 of 2 sha {sha[:8]}]\n1: import a\n2: export b"
     assert rendered.full_text == "1: import a\n2: export b"
     assert rendered.kind == "read" and rendered.kind is Kind.READ
     assert rendered.sha256 == sha and rendered.abs_path == "/ws/big.txt"
@@ -83,8 +79,7 @@ def test_conformance_example_stub(config: ContextConfig) -> None:
     assert first.inserted_text.split("\n")[-1] == "200: line 200"
     second = reply.call("read", {"path": "big.txt", "offset": 50, "limit": 31}, read_of(BIG, 50, 31))
     assert second.inserted_text == (
-        f"[#0002 big.txt lines 50-80 of 340 sha {SHA8}]\n"
-        "Unchanged since #0001, which already shows lines 1-200."
+        f"[#0002 big.txt lines 50-80 of 340 sha {SHA8}]\nUnchanged since #0001, which already shows lines 1-200."
     )
     assert second.kind == "stub" and second.refers_to == 1
     assert second.full_text == read_of(BIG, 50, 31).body
@@ -100,8 +95,7 @@ def test_stub_names_the_newest_containing_read_never_a_stub(config: ContextConfi
     assert fourth.inserted_text.endswith("Unchanged since #0001, which already shows lines 1-200.")
     fifth = reply.call("read", {}, read_of(BIG, 152, 2))
     assert fifth.inserted_text == (
-        f"[#0005 big.txt lines 152-153 of 340 sha {SHA8}]\n"
-        "Unchanged since #0002, which already shows lines 100-340."
+        f"[#0005 big.txt lines 152-153 of 340 sha {SHA8}]\nUnchanged since #0002, which already shows lines 100-340."
     )
     assert [entry.kind for entry in reply.table] == ["read", "read", "stub", "stub", "stub"]
 
@@ -111,8 +105,7 @@ def test_window_clipped_to_the_end_is_covered(config: ContextConfig) -> None:
     reply.call("read", {}, read_of(BIG, 300, 2000))
     again = reply.call("read", {}, read_of(BIG, 320, 500))
     assert again.inserted_text == (
-        f"[#0002 big.txt lines 320-340 of 340 sha {SHA8}]\n"
-        "Unchanged since #0001, which already shows lines 300-340."
+        f"[#0002 big.txt lines 320-340 of 340 sha {SHA8}]\nUnchanged since #0001, which already shows lines 300-340."
     )
 
 
@@ -187,10 +180,7 @@ def test_listing_is_capped_and_compared_in_full(make_config: Callable[..., Conte
     first = reply.call("glob", {"pattern": "*"}, ListingOutcome(body))
     assert first.inserted_text == "[#0001]\n/ws/f1\n[3 lines elided, full output #0001]\n/ws/f5"
     assert first.full_text == body
-    assert (
-        reply.call("glob", {"pattern": "*"}, ListingOutcome(body)).inserted_text
-        == "[#0002] Same result as #0001."
-    )
+    assert reply.call("glob", {"pattern": "*"}, ListingOutcome(body)).inserted_text == "[#0002] Same result as #0001."
 
 
 def test_output_is_capped_and_never_deduplicated(make_config: Callable[..., ContextConfig]) -> None:

@@ -51,9 +51,7 @@ def test_at_most_rows_dropping_the_oldest(make_config: Callable[..., ContextConf
 
 def test_system_prompt_with_summary(config: ContextConfig) -> None:
     table = compaction_table([TableRead(0x12, "a.ts", "/ws/a.ts", 1, 2, 2, SHA)], config=config)
-    prompt = system_prompt_with_summary(
-        "You are Cachet.\n", summary="  Did things.\n", table=table, config=config
-    )
+    prompt = system_prompt_with_summary("You are Cachet.\n", summary="  Did things.\n", table=table, config=config)
     assert prompt == (
         "You are Cachet.\n\n## Summary of the conversation so far\n\nDid things.\n\n"
         + HEAD

@@ -47,6 +47,4 @@ def test_result_numbers_never_repeat_under_eight_threads(chat_session: ChatSessi
     assert chat_session.next_result_number == 201
     texts = set(Result.objects.filter(session=chat_session).values_list("inserted_text", flat=True))
     assert len(texts) == 200
-    assert all(
-        text.startswith(f"[#{n:04x}]") for n, text in Result.objects.values_list("number", "inserted_text")
-    )
+    assert all(text.startswith(f"[#{n:04x}]") for n, text in Result.objects.values_list("number", "inserted_text"))
