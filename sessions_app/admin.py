@@ -38,6 +38,9 @@ class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
     can_delete = False
     show_change_link = True
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return list(self.fields or [])
+
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 

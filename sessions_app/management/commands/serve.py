@@ -22,6 +22,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
         workspaces = workspaces_seed(
             spec=settings.CACHET_WORKSPACES, default_folder=settings.CACHET_DATA / "workspaces" / "scratch"
         )
