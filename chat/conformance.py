@@ -98,15 +98,58 @@ def load_cases(path: Path) -> list[dict[str, Any]]:
         if case["name"] in names:
             raise FormatError(f"{path}: case name {case['name']!r} is used twice")
         names.add(case["name"])
+        where = f"{path}: case {case['name']!r}"
+        _check_workspace(where, case.get("workspace", {}))
+        if not isinstance(case.get("config", {}), dict):
+            raise FormatError(f"{where}: config must be an object")
         steps = case.get("steps")
         if not isinstance(steps, list) or not steps:
-            raise FormatError(f"{path}: case {case['name']!r} has no steps")
+            raise FormatError(f"{where} has no steps")
         for number, step in enumerate(steps, start=1):
             actions = [key for key in ACTIONS if isinstance(step, dict) and key in step]
             if len(actions) != 1:
-                raise FormatError(f"{path}: case {case['name']!r} step {number} needs exactly one action")
+                raise FormatError(f"{where} step {number} needs exactly one action")
+            _check_expectations(f"{where} step {number}", step)
     cases: list[dict[str, Any]] = data["cases"]
     return cases
+
+
+TEXT_EXPECTATIONS = frozenset({"expect", "expect_first_line", "expect_full", "expect_table"})
+
+
+def _check_expectations(where: str, step: Mapping[str, Any]) -> None:
+    """Refuse an expectation the format does not know, or of the wrong type: it would never be checked."""
+    for key, value in step.items():
+        if not key.startswith("expect"):
+            continue
+        if key not in EXPECTATIONS:
+            raise FormatError(f"{where}: unknown expectation {key!r}")
+        if key in TEXT_EXPECTATIONS:
+            if not isinstance(value, str):
+                raise FormatError(f"{where}: {key} must be a string")
+        elif not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise FormatError(f"{where}: {key} must be a list of strings")
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_workspace(where: str, files: Any) -> None:
+    """A workspace is an object of relative paths, each a text, ``{"lines": N}`` or ``{"symlink": T}``."""
+    if not isinstance(files, dict):
+        raise FormatError(f"{where}: workspace must be an object")
+    for relative, spec in files.items():
+        parts = Path(relative).parts
+        if not relative or Path(relative).is_absolute() or ".." in parts:
+            raise FormatError(f"{where}: workspace path {relative!r} must be relative and stay inside")
+        if isinstance(spec, str):
+            continue
+        if isinstance(spec, dict) and _is_count(spec.get("lines")) and isinstance(spec.get("line", ""), str):
+            continue
+        if isinstance(spec, dict) and isinstance(spec.get("symlink"), str):
+            continue
+        raise FormatError(f"{where}: workspace entry {relative!r} is not a text, lines or symlink")
 
 
 def _make_workspace(root: Path, files: Mapping[str, Any]) -> None:
@@ -285,6 +328,9 @@ class CaseRun:
 
     def _change(self, change: Mapping[str, Any]) -> StepText:
         target = self.root / str(change["path"])
+        where = os.path.realpath(target.parent) if change.get("delete") else os.path.realpath(target)
+        if where != str(self.root) and not where.startswith(str(self.root) + os.sep):
+            raise StepFailure(f"change of {change['path']!r} would touch {where}, outside the workspace")
         if change.get("delete"):
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
@@ -343,6 +389,9 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
                         got = run.step(step)
                     except StoreError as error:
                         got = StepText(str(error))
+                    except StepFailure as error:
+                        outcome.failure = f"step {number}: {error}"
+                        break
                     failure = check(step, got)
                     if failure is not None:
                         outcome.failure = f"step {number}: {failure}"

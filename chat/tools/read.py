@@ -29,6 +29,10 @@ class Scan:
     lines: list[tuple[bytes, bool]] = field(default_factory=list)
 
 
+WHOLE_LINE = 2**60
+"""Reads are not capped (spec §3): a line is shown whole however long it is."""
+
+
 def read(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """Lines ``offset`` to ``offset + limit - 1`` of a text file, as ``N: text``."""
     config = ctx.config
@@ -37,7 +41,7 @@ def read(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     offset = call.number("offset", 1, minimum=1)
     limit = min(call.number("limit", config.read_window, minimum=1), config.read_window)
     path = resolve_in_workspace(given, ctx)
-    line_chars = config.cap.max_chars
+    line_chars = WHOLE_LINE
     with open_regular(path, ctx) as handle:
         scan = scan_window(handle, offset, offset + limit - 1, line_chars * 4)
     if scan.binary:

@@ -16,7 +16,7 @@ from .files import SNIFF_BYTES, is_binary, open_regular
 from .globbing import expand_braces, name_regex, path_regex, segments
 from .listing import require_folder
 from .paths import is_inside, resolve_in_workspace, workspace_root
-from .read import display_line
+from .read import WHOLE_LINE, display_line
 from .walk import entries, files_below, is_real_folder, is_workspace_file
 
 
@@ -123,7 +123,7 @@ def _grep_file(real: str, path: str, regex: re.Pattern[str], ctx: ToolContext) -
         if is_binary(handle.read(SNIFF_BYTES)):
             return None
         handle.seek(0)
-        return search_file(handle, path, regex, ctx.config.cap.max_chars, ctx.config.texts["cut"])
+        return search_file(handle, path, regex, WHOLE_LINE, ctx.config.texts["cut"])
 
 
 def _skip_rest_of_line(handle: BinaryIO, max_bytes: int) -> None:

@@ -81,7 +81,7 @@ def test_crlf_invalid_utf8_and_long_lines(ws: Path, ctx: ToolContext) -> None:
     assert isinstance(outcome, ReadOutcome)
     lines = outcome.body.split("\n")
     assert lines[:2] == ["1: dos", "2: bad \ufffd byte"]
-    assert lines[2] == "3: " + "z" * 40_000 + " […cut]"
+    assert lines[2] == "3: " + long_line, "reads are not capped: a long line is shown whole"
     assert lines[3] == "4: end"
     assert outcome.total_lines == 4
 
@@ -175,17 +175,11 @@ def test_huge_file_is_streamed(ws: Path, ctx: ToolContext) -> None:
     assert middle.last_line == 1_000_002
 
 
-def test_one_huge_line_keeps_memory_bounded(ws: Path, ctx: ToolContext) -> None:
+def test_one_huge_line_is_shown_whole(ws: Path, ctx: ToolContext) -> None:
     with (ws / "one.min.js").open("wb") as handle:
-        for _ in range(64):
+        for _ in range(8):
             handle.write(b"x" * 1_000_000)
         handle.write(b"\nsecond\n")
-    tracemalloc.start()
-    try:
-        outcome = read({"path": "one.min.js"}, ctx)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    outcome = read({"path": "one.min.js"}, ctx)
     assert isinstance(outcome, ReadOutcome)
-    assert outcome.body == "1: " + "x" * 40_000 + " […cut]\n2: second"
-    assert peak < 20_000_000
+    assert outcome.body == "1: " + "x" * 8_000_000 + "\n2: second"

@@ -134,9 +134,9 @@ def test_grep_skips_unreadable_and_special_files(tree: Path, ctx: ToolContext) -
     assert body(grep({"pattern": "Guide", "path": "docs"}, ctx)) == f"{tree}/docs/guide.md:1: # Guide"
 
 
-def test_grep_long_line_is_cut_but_searched(ws: Path, ctx: ToolContext) -> None:
+def test_grep_long_line_is_searched_and_shown_whole(ws: Path, ctx: ToolContext) -> None:
     (ws / "long.txt").write_text("a" * 45_000 + "needle\nshort needle\n")
     assert body(grep({"pattern": "needle"}, ctx)).split("\n") == [
-        f"{ws}/long.txt:1: " + "a" * 40_000 + " […cut]",
+        f"{ws}/long.txt:1: " + "a" * 45_000 + "needle",
         f"{ws}/long.txt:2: short needle",
     ]
