@@ -384,3 +384,45 @@ def test_nul_bytes_from_the_model_are_stored_as_a_stand_in(
     assert turn.status == TurnStatus.DONE
     assert turn.reply_text == "bad\u2400byte\n\nok\u2400"
     assert "\x00" not in Result.objects.get(turn=turn).arguments_raw
+
+
+def test_tool_list_and_system_prompt_bytes_never_change_within_a_generation(
+    scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path
+) -> None:
+    from sessions_app.services.sessions import session_set_mode
+
+    (workspace_dir / "AGENTS.md").write_text("Be brief.\n")
+    scripted.push(Step(tool_calls=[("list", {})]), Step(text="one"), Step(text="two"), Step(text="three"))
+    loop = _loop(scripted_session)
+    loop.send("first")
+    session_set_mode(session=scripted_session, mode="plan")
+    (workspace_dir / "AGENTS.md").write_text("Be very brief.\n")
+    second = loop.send("second").turn
+    assert "The permission mode is now plan:" in second.message
+    assert "Be very brief." in second.message
+    session_set_mode(session=scripted_session, mode="full")
+    loop.send("third")
+    bodies = [json.loads(body) for body in scripted.requests]
+    tools = {json.dumps(body["tools"]) for body in bodies}
+    systems = {body["messages"][0]["content"] for body in bodies}
+    assert len(tools) == 1 and len(systems) == 1
+    assert [t["function"]["name"] for t in bodies[0]["tools"]][-1] == "run"
+    assert all(b"2026" not in body.split(b'"messages"')[0] for body in scripted.requests)
+
+
+@pytest.mark.allow_unexpected_break
+def test_unexpected_break_is_logged_loudly_in_debug(
+    scripted: ScriptedServer, scripted_session: ChatSession, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sessions_app.models import Generation
+
+    settings.DEBUG = True
+    scripted.push(Step(text="one"), Step(text="two"))
+    loop = _loop(scripted_session)
+    loop.send("first")
+    Generation.objects.filter(session=scripted_session).update(system_prompt="rewritten behind the store's back")
+    with caplog.at_level("ERROR"):
+        loop.send("second")
+    last = ModelRequest.objects.filter(session=scripted_session).order_by("-id")[0]
+    assert last.break_cause == BreakCause.UNEXPECTED
+    assert any("expected at least" in record.getMessage() for record in caplog.records)
