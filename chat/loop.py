@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,11 +23,12 @@ from chat.model_client import Completion, ModelCancelled, ModelError, Timeouts, 
 from chat.tools import call_tool
 from chat.workspace import read_instructions, restore_files, tool_context
 from sessions_app import prompts
-from sessions_app.errors import EmptySummary, ReplyInProgress
+from sessions_app.errors import EmptySummary
 from sessions_app.models import ChatSession, ModelRequest, RequestKind, Result, Step, Turn, TurnStatus
 from sessions_app.selectors.requests import BuiltRequest, build_request
 from sessions_app.selectors.sessions import last_live_turn
 from sessions_app.services.compaction import compaction_apply
+from sessions_app.services.locks import reply_lock, reply_running
 from sessions_app.services.requests import request_record_finish, request_record_start
 from sessions_app.services.results import result_insert
 from sessions_app.services.turns import (
@@ -35,12 +36,11 @@ from sessions_app.services.turns import (
     turn_fail,
     turn_finish,
     turn_start,
-    turns_interrupt_orphans,
 )
 from sessions_app.services.undo import TakenBack, turn_regenerate, turn_rewind, turn_undo
 
-LOCK_NAMESPACE = 7355
-ORPHAN_REASON = "The reply stopped when the server running it stopped; regenerate to ask again."
+__all__ = ["ReplyEvents", "ReplyLoop", "ReplyOutcome", "reply_lock", "reply_running", "today"]
+
 
 
 @dataclass
@@ -83,32 +83,6 @@ def timeouts() -> Timeouts:
         first_token=settings.CACHET_FIRST_TOKEN_TIMEOUT,
         between_chunks=settings.CACHET_CHUNK_TIMEOUT,
     )
-
-
-@contextlib.contextmanager
-def reply_lock(session: ChatSession) -> Iterator[None]:
-    """Hold the session's Postgres advisory lock: one reply, undo or compaction at a time, across processes."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, session.pk])
-        acquired = cursor.fetchone()[0]
-    if not acquired:
-        raise ReplyInProgress()
-    try:
-        turns_interrupt_orphans(session=session, reason=ORPHAN_REASON)
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, session.pk])
-
-
-def reply_running(session: ChatSession) -> bool:
-    """Whether some process holds the session's reply lock right now."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, session.pk])
-        acquired = cursor.fetchone()[0]
-        if acquired:
-            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, session.pk])
-    return not acquired
 
 
 class CancelWatch:

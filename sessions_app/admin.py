@@ -39,7 +39,7 @@ class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
     show_change_link = True
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return list(self.fields or [])
+        return [str(name) for name in self.fields or []]
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

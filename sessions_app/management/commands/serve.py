@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from sessions_app.services.locks import orphans_interrupt
 from sessions_app.services.setup import admin_seed, endpoint_seed, workspaces_seed
 
 
@@ -28,6 +29,9 @@ class Command(BaseCommand):
         )
         endpoint = endpoint_seed(base_url=settings.CACHET_MODEL_URL, model=settings.CACHET_MODEL)
         password = admin_seed()
+        interrupted = orphans_interrupt()
+        if interrupted:
+            self.stdout.write(f"Marked interrupted the open replies of {interrupted} session(s) of a stopped server.")
         url = f"http://{options['host']}:{options['port']}/"
         for workspace in workspaces:
             self.stdout.write(f"Workspace {workspace.name}: {workspace.folder}")

@@ -1,0 +1,57 @@
+"""The session's reply lock: a Postgres advisory lock, so one reply, undo or compaction runs at a time."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from django.db import connection
+
+from sessions_app.errors import ReplyInProgress
+from sessions_app.models import ChatSession, Turn, TurnStatus
+from sessions_app.services.turns import turns_interrupt_orphans
+
+LOCK_NAMESPACE = 7355
+ORPHAN_REASON = "The reply stopped when the server running it stopped; regenerate to ask again."
+
+
+def _try_lock(session_id: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, session_id])
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def _unlock(session_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, session_id])
+
+
+@contextlib.contextmanager
+def reply_lock(session: ChatSession) -> Iterator[None]:
+    """Hold the session's lock across processes; open turns found under it were left by a dead process."""
+    if not _try_lock(session.pk):
+        raise ReplyInProgress()
+    try:
+        turns_interrupt_orphans(session=session, reason=ORPHAN_REASON)
+        yield
+    finally:
+        _unlock(session.pk)
+
+
+def reply_running(session: ChatSession) -> bool:
+    """Whether some process holds the session's reply lock right now."""
+    if _try_lock(session.pk):
+        _unlock(session.pk)
+        return False
+    return True
+
+
+def orphans_interrupt() -> int:
+    """Mark interrupted every open turn whose session no process is replying in (run at server start)."""
+    count = 0
+    for session_id in set(Turn.objects.filter(status=TurnStatus.OPEN).values_list("session_id", flat=True)):
+        session = ChatSession.objects.get(pk=session_id)
+        with contextlib.suppress(ReplyInProgress), reply_lock(session):
+            count += 1
+    return count
