@@ -42,7 +42,6 @@ from sessions_app.services.undo import TakenBack, turn_regenerate, turn_rewind, 
 __all__ = ["ReplyEvents", "ReplyLoop", "ReplyOutcome", "reply_lock", "reply_running", "today"]
 
 
-
 @dataclass
 class ReplyEvents:
     """Callbacks the loop calls as a reply goes on; each defaults to doing nothing."""

@@ -1,14 +1,198 @@
-"""The pages a person uses."""
+"""The pages a person uses: the session list, a new session, the chat page, a stored result, the chart."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.contrib.auth.models import User
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from sessions_app.selectors.sessions import session_list
+from chat import fragments, runner
+from chat.chart import chart_svg
+from chat.display import call_target, result_id, result_status
+from chat.forms import NewSessionForm, RenameForm
+from chat.model_client import ModelError, list_models
+from chat.tools import tool_list
+from sessions_app import prompts
+from sessions_app.hygiene import count_lines, line_window
+from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Turn, TurnStatus
+from sessions_app.selectors.sessions import result_get, session_get, session_list
+from sessions_app.services.sessions import session_delete, session_rename, session_start
+
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "font-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+MODEL_LIST_TIMEOUT = 5.0
+
+View = Callable[..., HttpResponseBase]
 
 
-@login_required
+def page(view: View) -> View:
+    """Login required, and the content security policy that keeps a page on Cachet's own host."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        response = view(request, *args, **kwargs)
+        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        return response
+
+    return login_required(wrapped)
+
+
+def _user(request: HttpRequest) -> User:
+    user = request.user
+    assert isinstance(user, User), "login_required lets only users through"
+    return user
+
+
+def _session(request: HttpRequest, session_id: int) -> ChatSession:
+    session = session_get(owner=request.user, session_id=session_id)
+    if session is None:
+        raise Http404("No such session.")
+    return session
+
+
+@page
+@require_GET
 def home(request: HttpRequest) -> HttpResponse:
     return render(request, "chat/home.html", {"sessions": session_list(owner=request.user)})
+
+
+def default_model(endpoint: ModelEndpoint) -> str:
+    """The endpoint's configured model, else the first one its server lists, else ``default``."""
+    if endpoint.model:
+        return endpoint.model
+    try:
+        models = list_models(base_url=endpoint.base_url, api_key=endpoint.api_key or None, timeout=MODEL_LIST_TIMEOUT)
+    except ModelError:
+        models = []
+    return models[0] if models else "default"
+
+
+@page
+@require_http_methods(["GET", "POST"])
+def session_new(request: HttpRequest) -> HttpResponse:
+    form = NewSessionForm(request.POST or None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        workspace = form.cleaned_data["workspace"]
+        endpoint = form.cleaned_data["endpoint"]
+        session = session_start(
+            owner=_user(request),
+            workspace=workspace,
+            endpoint=endpoint,
+            model_name=form.cleaned_data["model"].strip() or default_model(endpoint),
+            tools=tool_list(allow_commands=workspace.allow_commands),
+            mode=form.cleaned_data["mode"],
+        )
+        return redirect("session", session_id=session.pk)
+    return render(request, "chat/new_session.html", {"form": form})
+
+
+@page
+@require_GET
+def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = _session(request, session_id)
+    state = runner.page_state(session)
+    context = fragments.page_context(session, live=state.live, running=state.running, label=state.label)
+    context["ws_path"] = f"/ws/sessions/{session.pk}/"
+    return render(request, "chat/session.html", context)
+
+
+@page
+@require_POST
+def session_rename_view(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = _session(request, session_id)
+    form = RenameForm(request.POST)
+    if form.is_valid():
+        session = session_rename(session=session, title=form.cleaned_data["title"])
+    if request.headers.get("HX-Request"):
+        return render(request, "chat/_session_item.html", {"session": session})
+    return redirect("home")
+
+
+@page
+@require_POST
+def session_delete_view(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = _session(request, session_id)
+    busy = (
+        runner.current(session.pk) is not None or Turn.objects.filter(session=session, status=TurnStatus.OPEN).exists()
+    )
+    if busy:
+        message = "A reply is running in this session; stop it before deleting the session."
+        if request.headers.get("HX-Request"):
+            return render(request, "chat/_session_item.html", {"session": session, "error": message})
+        return HttpResponse(message, status=409, content_type="text/plain")
+    session_delete(session=session)
+    if request.headers.get("HX-Request"):
+        return HttpResponse("")
+    return redirect("home")
+
+
+@page
+@require_GET
+def session_chart(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = _session(request, session_id)
+    requests = ModelRequest.objects.filter(session=session).select_related("turn").order_by("id")
+    return HttpResponse(chart_svg(list(requests)), content_type="image/svg+xml")
+
+
+def _positive(value: str | None, default: int) -> int:
+    try:
+        number = int(value) if value is not None else default
+    except ValueError:
+        return default
+    return max(1, number)
+
+
+@page
+@require_GET
+def result_page(request: HttpRequest, session_id: int, number: int) -> HttpResponse:
+    """A stored result's full text, a window of lines at a time, as ``recall`` pages it."""
+    result = result_get(owner=request.user, session_id=session_id, number=number)
+    if result is None:
+        raise Http404("No such result.")
+    window = prompts.rules_config().recall_window
+    offset = _positive(request.GET.get("offset"), 1)
+    limit = min(_positive(request.GET.get("limit"), window), window)
+    lines = count_lines(result.full_text)
+    context: dict[str, Any] = {
+        "session": result.session,
+        "result": result,
+        "rid": result_id(result.number),
+        "target": call_target(result.tool, result.arguments_raw),
+        "status": result_status(result),
+        "offset": offset,
+        "limit": limit,
+        "lines": lines,
+        "total": 0,
+        "past_end": bool(lines) and offset > lines,
+    }
+    if lines and offset <= lines:
+        last = min(lines, offset + limit - 1)
+        context.update(
+            total=lines,
+            first=offset,
+            last=last,
+            body=line_window(result.full_text, offset, last - offset + 1),
+            previous_offset=max(1, offset - limit) if offset > 1 else None,
+            previous_last=offset - 1,
+            next_offset=last + 1 if last < lines else None,
+            next_last=min(lines, last + limit),
+        )
+    return render(request, "chat/result.html", context)

@@ -105,7 +105,7 @@ class Turn(models.Model):
 
     session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="turns")
     number = models.PositiveIntegerField()
-    generation = models.ForeignKey(Generation, on_delete=models.PROTECT, related_name="turns")
+    generation = models.ForeignKey(Generation, on_delete=models.RESTRICT, related_name="turns")
     words = models.TextField()
     message = models.TextField()
     note_date = models.CharField(max_length=10, blank=True)

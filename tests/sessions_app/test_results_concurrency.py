@@ -48,3 +48,20 @@ def test_result_numbers_never_repeat_under_eight_threads(chat_session: ChatSessi
     texts = set(Result.objects.filter(session=chat_session).values_list("inserted_text", flat=True))
     assert len(texts) == 200
     assert all(text.startswith(f"[#{n:04x}]") for n, text in Result.objects.values_list("number", "inserted_text"))
+
+
+@pytest.mark.django_db
+def test_a_session_with_turns_results_and_generations_can_be_deleted(chat_session: ChatSession) -> None:
+    from sessions_app.services.compaction import compaction_apply
+    from sessions_app.services.sessions import session_delete
+    from sessions_app.services.turns import turn_finish
+
+    turn = turn_start(session=chat_session, words="go", today="2026-11-29", instructions=None)
+    result_insert(
+        turn=turn, step=None, call_id="c", tool="run", arguments={}, arguments_raw="{}", outcome=OutputOutcome(text="x")
+    )
+    turn_finish(turn=turn, reply_text="done")
+    compaction_apply(session=chat_session, summary="We ran x.")
+    session_delete(session=chat_session)
+    assert not ChatSession.objects.filter(pk=chat_session.pk).exists()
+    assert not Result.objects.exists() and not Turn.objects.exists()

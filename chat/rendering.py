@@ -1,0 +1,119 @@
+"""Markdown to HTML that is safe to put in a page: markdown-it (no raw HTML), pygments, then nh3.
+
+Everything a person or a model wrote goes through :func:`markdown_html`. markdown-it's ``js-default``
+preset escapes raw HTML and refuses ``javascript:`` links; nh3 then keeps only the tags, attributes,
+classes and URL schemes listed here, whatever the markdown produced. Images are never shown: an image
+becomes a plain link to its address, so a page never loads a picture from another host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+import nh3
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererHTML
+from markdown_it.token import Token
+from markdown_it.utils import EnvType, OptionsDict
+from pygments import highlight as pygments_highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.token import STANDARD_TYPES
+from pygments.util import ClassNotFound
+
+ALLOWED_TAGS = frozenset(
+    {
+        "a",
+        "blockquote",
+        "br",
+        "code",
+        "del",
+        "em",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "hr",
+        "li",
+        "ol",
+        "p",
+        "pre",
+        "s",
+        "span",
+        "strong",
+        "table",
+        "tbody",
+        "td",
+        "th",
+        "thead",
+        "tr",
+        "ul",
+    }
+)
+ALLOWED_ATTRIBUTES: dict[str, set[str]] = {"a": {"href", "title"}, "ol": {"start"}}
+URL_SCHEMES = frozenset({"http", "https", "mailto"})
+CODE_CLASSES = frozenset(name for name in STANDARD_TYPES.values() if name)
+MAX_HIGHLIGHT_CHARS = 200_000
+
+
+def _highlight(code: str, lang: str, _attrs: str) -> str:
+    """Pygments spans for a fenced block with a known language; ``""`` lets markdown-it escape it."""
+    if not lang or len(code) > MAX_HIGHLIGHT_CHARS:
+        return ""
+    try:
+        lexer = get_lexer_by_name(lang.strip().lower())
+    except ClassNotFound:
+        return ""
+    return str(pygments_highlight(code, lexer, HtmlFormatter(nowrap=True)))
+
+
+def _image_as_link(
+    renderer: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType
+) -> str:
+    token = tokens[idx]
+    alt = renderer.renderInlineAsText(token.children or [], options, env) or "image"
+    src = str(token.attrGet("src") or "")
+    return f'<a href="{escape(src)}">[image: {escape(alt)}]</a>'
+
+
+@cache
+def _parser() -> MarkdownIt:
+    parser = MarkdownIt("js-default", {"highlight": _highlight}).enable("table").enable("strikethrough")
+    parser.add_render_rule("image", _image_as_link)
+    return parser
+
+
+def sanitize(html: str) -> str:
+    """Keep only the listed tags, attributes, pygments classes and URL schemes."""
+    return str(
+        nh3.clean(
+            html,
+            tags=set(ALLOWED_TAGS),
+            clean_content_tags={"script", "style"},
+            attributes={tag: set(names) for tag, names in ALLOWED_ATTRIBUTES.items()},
+            allowed_classes={"span": set(CODE_CLASSES)},
+            url_schemes=set(URL_SCHEMES),
+            link_rel="noopener noreferrer nofollow",
+            strip_comments=True,
+        )
+    )
+
+
+def markdown_html(text: str) -> SafeString:
+    """``text`` as sanitized HTML: safe to mark safe and put inside an ``hx-disable`` element."""
+    if not text:
+        return mark_safe("")
+    return mark_safe(sanitize(_parser().render(text)))
+
+
+def pygments_css(selector: str = ".md pre") -> str:
+    """The stylesheet for highlighted code, as ``static/cachet/pygments.css`` holds it."""
+    formatter: Any = HtmlFormatter(style="default")
+    rules = [line for line in formatter.get_style_defs(selector).splitlines() if line.startswith(selector)]
+    return "\n".join(rules) + "\n"

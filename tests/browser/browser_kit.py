@@ -1,0 +1,104 @@
+"""Helpers of the browser tests: running database work off Playwright's thread, logging in, screenshots."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from django.db import connection
+
+from chat.testing.scripted_server import ScriptedServer
+from sessions_app.models import ModelEndpoint, Workspace
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "screenshots"
+PASSWORDS = {"ada": "ada-password-1", "bob": "bob-password-1"}
+T = TypeVar("T")
+
+
+def in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run ``function`` in a fresh thread (no event loop there) and return what it returns."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = function(*args, **kwargs)
+        except BaseException as error:
+            box["error"] = error
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+@dataclass
+class World:
+    url: str
+    model: ScriptedServer
+    workspace: Workspace
+    endpoint: ModelEndpoint
+    folder: Path
+    users: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Browser:
+    """A Chromium with the pages a test opened; every request any page makes is recorded."""
+
+    world: World
+    browser: Any
+    requests: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    contexts: list[Any] = field(default_factory=list)
+
+    def page(self, user: str | None = "ada") -> Any:
+        context = self.browser.new_context(viewport={"width": 1400, "height": 900})
+        context.set_default_timeout(15_000)
+        context.on("request", lambda request: self.requests.append(request.url))
+        self.contexts.append(context)
+        page = context.new_page()
+        page.on("pageerror", lambda error: self.errors.append(f"page error: {error}"))
+        page.on(
+            "console",
+            lambda message: self.errors.append(f"console: {message.text}") if message.type == "error" else None,
+        )
+        page.on("websocket", lambda socket: self.requests.append(socket.url))
+        if user is not None:
+            login(page, self.world.url, user)
+        return page
+
+    def foreign_requests(self) -> list[str]:
+        own = re.compile(r"^(https?|wss?)://127\.0\.0\.1:" + self.world.url.rsplit(":", 1)[1] + r"/")
+        return [url for url in self.requests if not own.match(url) and not url.startswith(("data:", "about:"))]
+
+
+def login(page: Any, url: str, user: str) -> None:
+    page.goto(url + "/")
+    page.fill("input[name=username]", user)
+    page.fill("input[name=password]", PASSWORDS[user])
+    page.click("button[type=submit]")
+    page.wait_for_selector("h1:has-text('Your sessions')")
+
+
+def screenshot(page: Any, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path

@@ -1,0 +1,86 @@
+"""Browser tests: Cachet under Daphne in a thread of the test process (so it sees the test database), the
+project's scripted model server, and Debian's Chromium driven by Playwright.
+
+Playwright's sync API keeps an asyncio loop marked running in the test's thread while it is started, and
+Django refuses the ORM there; so Playwright is started per test, after the data is made and stopped before
+pytest-django flushes the database. Database work in the middle of a test goes through :func:`in_thread`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chat import runner
+from chat.testing.scripted_server import ScriptedServer
+from sessions_app.models import ModelEndpoint, Workspace
+from tests.browser.browser_kit import CHROMIUM, CHROMIUM_ARGS, PASSWORDS, Browser, World
+
+
+@pytest.fixture(scope="session")
+def cachet_url(django_db_setup: None) -> Iterator[str]:
+    """Cachet's ASGI application served by Daphne on a free loopback port, for the whole session."""
+    from daphne.server import Server  # installs Twisted's asyncio reactor: import it first
+    from twisted.internet import reactor
+
+    from cachet.asgi import application
+
+    server = Server(
+        application=application,
+        endpoints=["tcp:port=0:interface=127.0.0.1"],
+        signal_handlers=False,
+        verbosity=0,
+    )
+    thread = threading.Thread(target=server.run, name="daphne", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.listening_addresses:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("Daphne did not start listening")
+        time.sleep(0.02)
+    _, port = server.listening_addresses[0]
+    yield f"http://127.0.0.1:{port}"
+    twisted: Any = reactor
+    twisted.callFromThread(twisted.stop)
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def world(transactional_db: None, cachet_url: str, tmp_path: Path, django_user_model: Any) -> Iterator[World]:
+    folder = tmp_path / "workspace"
+    folder.mkdir()
+    (folder / "notes.md").write_text("".join(f"line {n} of the notes\n" for n in range(1, 41)))
+    (folder / "app.py").write_text("def greet(name):\n    return 'hello ' + name\n")
+    with ScriptedServer(model="scripted") as model:
+        workspace = Workspace.objects.create(name="demo", folder=str(folder.resolve()), allow_commands=False)
+        endpoint = ModelEndpoint.objects.create(name="scripted", base_url=model.base_url, model="scripted")
+        users = {
+            name: django_user_model.objects.create_user(username=name, password=pw) for name, pw in PASSWORDS.items()
+        }
+        yield World(cachet_url, model, workspace, endpoint, folder.resolve(), users)
+
+
+@pytest.fixture
+def browser(world: World) -> Iterator[Browser]:
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (./test does it)")
+    playwright = sync_playwright().start()
+    chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    held = Browser(world, chromium)
+    try:
+        yield held
+    finally:
+        for context in held.contexts:
+            context.close()
+        chromium.close()
+        playwright.stop()
+        runner.wait_idle(timeout=20, cancel=True)
+    assert held.foreign_requests() == [], "a page asked another host"
+    assert held.errors == [], "a page logged an error"

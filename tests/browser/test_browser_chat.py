@@ -1,0 +1,350 @@
+"""The browser app, driven in Chromium: log in, start a session, chat, tool results, undo, rewind,
+regenerate, stop, reload, two tabs, failures, the chart, and what another user may not see."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from chat.testing.scripted_server import Step
+from sessions_app.models import ChatSession, ModelRequest, Turn, TurnStatus
+from tests.browser.browser_kit import Browser, World, in_thread, login, screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+expect.set_options(timeout=15_000)
+
+LONG_REPLY = " ".join(f"word{n}" for n in range(120))
+
+
+def start_session(page: Any, *, mode: str = "edit") -> int:
+    page.click("#new-session")
+    page.select_option("select[name=mode]", mode)
+    page.click("#start-session")
+    page.wait_for_url(re.compile(r"/sessions/\d+/$"))
+    wait_idle(page)
+    return int(page.url.rstrip("/").rsplit("/", 1)[1])
+
+
+def send(page: Any, text: str) -> None:
+    page.fill("#composer-text", text)
+    page.press("#composer-text", "Enter")
+
+
+def wait_idle(page: Any) -> None:
+    expect(page.locator("#controls")).to_have_attribute("data-state", "idle")
+
+
+def requests_of(session_id: int) -> int:
+    return int(in_thread(lambda: ModelRequest.objects.filter(session_id=session_id).count()))
+
+
+def test_log_in_list_rename_delete_log_out(browser: Browser, world: World) -> None:
+    page = browser.page(user=None)
+    page.goto(world.url + "/")
+    expect(page).to_have_url(re.compile(r"/login/\?next=/$"))
+    screenshot(page, "login")
+    login(page, world.url, "ada")
+    expect(page.locator("#session-list .empty")).to_be_visible()
+    session_id = start_session(page)
+    page.goto(world.url + "/")
+    item = page.locator(f"#session-{session_id}")
+    expect(item.locator(".title")).to_have_text("New session")
+    item.locator(".rename summary").click()
+    item.locator("input[name=title]").fill("Reading the notes")
+    item.locator(".rename button").click()
+    expect(page.locator(f"#session-{session_id} .title")).to_have_text("Reading the notes")
+    page.reload()
+    expect(page.locator(f"#session-{session_id} .title")).to_have_text("Reading the notes")
+    screenshot(page, "sessions")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator(f"#session-{session_id} button.danger").click()
+    expect(page.locator(f"#session-{session_id}")).to_have_count(0)
+    assert in_thread(lambda: ChatSession.objects.filter(pk=session_id).exists()) is False
+    page.click("#logout")
+    expect(page).to_have_url(re.compile(r"/login/"))
+    page.goto(world.url + "/")
+    expect(page).to_have_url(re.compile(r"/login/\?next=/$"))
+
+
+def test_chat_streams_shows_tool_results_and_the_chart(browser: Browser, world: World) -> None:
+    world.model.push(
+        Step(text="Let me read the notes.", tool_calls=[("read", {"path": "notes.md"})], chunk_size=4, delay=0.01),
+        Step(
+            text="The notes count **forty** lines.\n\n```python\nprint('hi')\n```\n\n"
+            '<img src=x onerror="window.pwned=1"> <script>window.pwned=2</script> [x](javascript:alert(1))\n\n'
+            + LONG_REPLY,
+            chunk_size=3,
+            delay=0.01,
+        ),
+    )
+    page = browser.page("ada")
+    session_id = start_session(page)
+    page.fill("#composer-text", "first line")
+    page.press("#composer-text", "Shift+Enter")
+    page.type("#composer-text", "second line")
+    assert page.input_value("#composer-text") == "first line\nsecond line"
+    assert world.model.requests == []
+    page.press("#composer-text", "Enter")
+    expect(page.locator("#composer-text")).to_have_value("")
+    # tokens arrive one by one: the live text grows while the turn is still open
+    page.wait_for_function(
+        "() => { const s = document.querySelector('#stream-1');"
+        " return s && s.textContent.includes('forty') && !s.textContent.includes('word119'); }"
+    )
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "open")
+    expect(page.locator("#controls")).to_have_attribute("data-state", "running")
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
+    wait_idle(page)
+    turn = page.locator("#turn-1")
+    expect(turn.locator(".words")).to_contain_text("first line")
+    expect(turn.locator(".reply strong")).to_have_text("forty")
+    expect(turn.locator(".reply pre code .nb")).to_have_text("print")
+    assert turn.locator(".reply img, .reply script").count() == 0
+    assert page.evaluate("() => window.pwned") is None
+    assert turn.locator(".reply a[href^=javascript]").count() == 0
+    expect(page.locator("#session-title")).to_have_text("first line second line")
+    # the tool call, compactly, then expanded
+    row = turn.locator(".tool").first
+    expect(row.locator("summary")).to_have_text(re.compile(r"#0001\s+read\s+notes\.md\s+— lines 1-40 of 40"))
+    expect(row.locator(".inserted")).to_be_hidden()
+    row.locator("summary").click()
+    expect(row.locator(".inserted pre")).to_contain_text("40: line 40 of the notes")
+    # the chart: one bar per request, with the first request's break marked
+    assert requests_of(session_id) == len(world.model.requests) == 2
+    expect(page.locator("#chart svg g.bar")).to_have_count(2)
+    expect(page.locator("#chart svg g.bar").first).to_have_attribute("data-cause", "first")
+    tooltip = page.locator("#chart svg g.bar >> nth=1").locator("title").text_content()
+    assert tooltip is not None and "cached tokens:" in tooltip and "time to first token:" in tooltip
+    screenshot(page, "chat")
+    # the full stored text, paged like recall
+    href = row.locator("a.full-link").get_attribute("href")
+    page.goto(world.url + href + "?offset=11&limit=10")
+    expect(page.locator("h2")).to_contain_text("lines 11-20 of 40")
+    expect(page.locator("#full-text")).to_contain_text("11: line 11 of the notes")
+    expect(page.locator("#full-text")).not_to_contain_text("21: line 21")
+    page.click("#next-page")
+    expect(page.locator("#full-text")).to_contain_text("21: line 21 of the notes")
+    screenshot(page, "result")
+    # a second turn adds one bar per request as each finishes
+    world.model.push(Step(text="Second answer."))
+    page.goto(world.url + f"/sessions/{session_id}/")
+    wait_idle(page)
+    send(page, "And again?")
+    expect(page.locator("#turn-2")).to_have_attribute("data-status", "done")
+    expect(page.locator("#chart svg g.bar")).to_have_count(3)
+    expect(page.locator("#chart svg g.bar >> nth=2")).to_have_attribute("data-cause", "new_turn")
+
+
+def test_undo_rewind_and_regenerate(browser: Browser, world: World) -> None:
+    world.model.push(
+        Step(
+            text="Changing two files.",
+            tool_calls=[
+                ("write", {"path": "new.txt", "content": "made by the model\n"}),
+                ("edit", {"path": "app.py", "old_string": "'hello '", "new_string": "'hi '"}),
+            ],
+        ),
+        Step(text="Done: new.txt and app.py."),
+        Step(text="Answer two."),
+        Step(text="Answer three."),
+    )
+    page = browser.page("ada")
+    start_session(page)
+    for number, words in enumerate(["Change the files", "Second question", "Third question"], start=1):
+        send(page, words)
+        expect(page.locator(f"#turn-{number}")).to_have_attribute("data-status", "done")
+        wait_idle(page)
+    assert (world.folder / "new.txt").exists()
+    expect(page.locator("#turn-1 .tool")).to_have_count(2)
+    # undo: the last turn goes, its words come back into the box
+    page.click("#undo-button")
+    expect(page.locator("#turn-3")).to_have_count(0)
+    expect(page.locator("#composer-text")).to_have_value("Third question")
+    expect(page.locator("#notice")).to_contain_text("Took back turn 3.")
+    wait_idle(page)
+    # regenerate: the last reply is asked again with the same message
+    world.model.push(Step(text="Answer two, regenerated."))
+    page.click("#regenerate-button")
+    expect(page.locator("#turn-4")).to_have_attribute("data-status", "done")
+    expect(page.locator("#turn-2")).to_have_count(0)
+    expect(page.locator("#turn-4 .words")).to_have_text("Second question")
+    expect(page.locator("#turn-4 .reply")).to_have_text("Answer two, regenerated.")
+    wait_idle(page)
+    # rewind to turn 1, restoring files: new.txt goes, app.py was changed since, so it is a conflict
+    (world.folder / "app.py").write_text("changed by a person\n")
+    page.check("#restore-files")
+    page.locator("#turn-1 .rewind").click()
+    expect(page.locator("#transcript article")).to_have_count(0)
+    expect(page.locator("#composer-text")).to_have_value("Change the files")
+    notice = page.locator("#notice")
+    expect(notice).to_contain_text("Took back turns 1, 4.")
+    expect(notice).to_contain_text("except:")
+    expect(notice.locator(".notice-line")).to_contain_text("app.py")
+    assert not (world.folder / "new.txt").exists()
+    assert (world.folder / "app.py").read_text() == "changed by a person\n"
+    screenshot(page, "rewind")
+    statuses = in_thread(lambda: sorted(Turn.objects.values_list("number", "status")))
+    assert statuses == [(n, TurnStatus.TAKEN_BACK) for n in (1, 2, 3, 4)]
+
+
+def test_stop_mid_reply_then_retry(browser: Browser, world: World) -> None:
+    world.model.push(Step(text=LONG_REPLY, chunk_size=2, delay=0.03), Step(text="A short answer this time."))
+    page = browser.page("ada")
+    start_session(page)
+    send(page, "Tell me a long story")
+    page.wait_for_function("() => (document.querySelector('#stream-1') || {}).textContent?.length > 20")
+    page.click("#stop-button")
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "interrupted")
+    expect(page.locator("#turn-1 .turn-error")).to_contain_text("Stopped.")
+    wait_idle(page)
+    stored = in_thread(lambda: Turn.objects.get(number=1).reply_text)
+    assert stored and "word119" not in stored
+    expect(page.locator("#turn-1 .reply")).to_contain_text("word0")
+    screenshot(page, "stopped")
+    page.click("#turn-1 .retry")
+    expect(page.locator("#turn-2")).to_have_attribute("data-status", "done")
+    expect(page.locator("#turn-1")).to_have_count(0)
+    expect(page.locator("#turn-2 .reply")).to_have_text("A short answer this time.")
+
+
+def test_reload_mid_reply_two_tabs_and_closing_the_tab(browser: Browser, world: World) -> None:
+    world.model.push(Step(text=LONG_REPLY, chunk_size=2, delay=0.03))
+    first = browser.page("ada")
+    session_id = start_session(first)
+    second = browser.page("ada")
+    second.goto(world.url + f"/sessions/{session_id}/")
+    wait_idle(second)
+    send(first, "Tell me a long story")
+    second.wait_for_function("() => (document.querySelector('#stream-1') || {}).textContent?.length > 30")
+    # reloading shows the reply as far as it got, and it keeps streaming
+    second.reload()
+    expect(second.locator("#controls")).to_have_attribute("data-state", "running")
+    expect(second.locator("#turn-1")).to_have_attribute("data-status", "open")
+    shown = len(second.locator("#stream-1").text_content() or "")
+    assert shown > 30
+    second.wait_for_function(f"() => (document.querySelector('#stream-1') || {{}}).textContent?.length > {shown}")
+    # the tab that asked closes; the reply goes on and the other tab sees it end
+    first.close()
+    expect(second.locator("#turn-1")).to_have_attribute("data-status", "done", timeout=30_000)
+    expect(second.locator("#turn-1 .reply")).to_have_text(LONG_REPLY)
+    text = second.locator("#turn-1 .reply").text_content()
+    assert text is not None and text.count("word60 ") == 1
+    assert in_thread(lambda: Turn.objects.get(number=1).reply_text) == LONG_REPLY
+
+
+def test_a_failed_turn_shows_its_error_and_a_retry(browser: Browser, world: World) -> None:
+    world.model.push(Step(fault="http500", text="the model fell over"), Step(text="Fine now."))
+    page = browser.page("ada")
+    start_session(page)
+    send(page, "Hello?")
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "failed")
+    expect(page.locator("#turn-1 .turn-error")).to_contain_text("the model fell over")
+    screenshot(page, "failed")
+    page.click("#turn-1 .retry")
+    expect(page.locator("#turn-2 .reply")).to_have_text("Fine now.")
+    expect(page.locator("#chart svg g.bar")).to_have_count(2)
+
+
+def test_mode_switch_and_compact_now(browser: Browser, world: World) -> None:
+    world.model.push(
+        Step(text="First."), Step(text="Second."), Step(text="A **summary** of it all."), Step(text="After.")
+    )
+    page = browser.page("ada")
+    session_id = start_session(page)
+    send(page, "One")
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
+    wait_idle(page)
+    # the mode switch takes effect as a note on the next message
+    page.select_option("#mode-select", "plan")
+    expect(page.locator("#notice")).to_contain_text("Mode plan")
+    assert in_thread(lambda: ChatSession.objects.get(pk=session_id).mode) == "plan"
+    send(page, "Two")
+    expect(page.locator("#turn-2")).to_have_attribute("data-status", "done")
+    expect(page.locator("#turn-2 .note", has_text="mode plan")).to_have_count(1)
+    wait_idle(page)
+    # compact now: the summary shows as a marker; the next request breaks the prefix for that cause
+    page.click("#compact-button")
+    expect(page.locator(".compaction")).to_contain_text("Compacted")
+    expect(page.locator(".compaction")).to_contain_text("turns up to 2")
+    expect(page.locator("#chart svg g.bar")).to_have_count(3)
+    wait_idle(page)
+    send(page, "Three")
+    expect(page.locator("#turn-3")).to_have_attribute("data-status", "done")
+    expect(page.locator("#chart svg g.bar")).to_have_count(4)
+    expect(page.locator("#chart svg g.bar >> nth=3")).to_have_attribute("data-cause", "compaction")
+
+
+def test_another_user_gets_404_for_the_page_the_websocket_and_the_results(browser: Browser, world: World) -> None:
+    world.model.push(Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]), Step(text="Read."))
+    ada = browser.page("ada")
+    session_id = start_session(ada)
+    send(ada, "Read the notes")
+    expect(ada.locator("#turn-1")).to_have_attribute("data-status", "done")
+    bob = browser.page("bob")
+    base = world.url + f"/sessions/{session_id}"
+    for path in ("/", "/results/1/", "/chart"):
+        response = bob.goto(base + path)
+        assert response is not None and response.status == 404, path
+    bob.goto(world.url + "/")
+    code = bob.evaluate(
+        """(url) => new Promise((resolve) => {
+            const socket = new WebSocket(url);
+            socket.onmessage = () => resolve('message');
+            socket.onclose = (event) => resolve(event.code);
+        })""",
+        world.url.replace("http", "ws") + f"/ws/sessions/{session_id}/",
+    )
+    assert code == 4404
+    anonymous = browser.page(user=None)
+    anonymous.goto(world.url + "/login/")
+    code = anonymous.evaluate(
+        """(url) => new Promise((resolve) => {
+            const socket = new WebSocket(url);
+            socket.onopen = () => resolve('open');
+            socket.onclose = (event) => resolve(event.code);
+        })""",
+        world.url.replace("http", "ws") + f"/ws/sessions/{session_id}/",
+    )
+    assert code == 1006
+    browser.errors.clear()  # the 404 pages and the refused handshake log errors in the console
+
+
+def test_a_working_session_for_the_readme(browser: Browser, world: World) -> None:
+    """A conversation with reads, a search and an edit: the screenshot the README shows."""
+    world.model.push(
+        Step(
+            text="Let me find where the greeting is built.",
+            tool_calls=[("grep", {"pattern": "hello", "path": "."}), ("read", {"path": "app.py"})],
+        ),
+        Step(tool_calls=[("edit", {"path": "app.py", "old_string": "'hello '", "new_string": "'Hello there, '"})]),
+        Step(
+            text="The greeting is built in `greet()` in **app.py**. It now reads:\n\n"
+            "```python\ndef greet(name):\n    return 'Hello there, ' + name\n```\n\n"
+            "Nothing else calls it, so no other file needs a change.",
+            chunk_size=6,
+        ),
+        Step(tool_calls=[("read", {"path": "notes.md", "offset": 1, "limit": 12})]),
+        Step(
+            text="The notes are a numbered list of 40 lines; the first twelve are:\n\n"
+            "| lines | content |\n|---|---|\n| 1-12 | `line N of the notes` |\n\n"
+            "Recall **#0004** shows them again.",
+            chunk_size=6,
+        ),
+    )
+    page = browser.page("ada")
+    start_session(page)
+    send(page, "Where is the greeting built? Make it a little friendlier.")
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
+    wait_idle(page)
+    send(page, "Thanks! What is in the notes?")
+    expect(page.locator("#turn-2")).to_have_attribute("data-status", "done")
+    wait_idle(page)
+    expect(page.locator("#chart svg g.bar")).to_have_count(5)
+    page.locator("#turn-1 .tool >> nth=2").locator("summary").click()
+    assert "Hello there" in (world.folder / "app.py").read_text()
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.evaluate("() => window.scrollTo(0, 0)")
+    screenshot(page, "readme")

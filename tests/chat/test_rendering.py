@@ -1,0 +1,206 @@
+"""Markdown is rendered, highlighted and sanitized; the chart and the tool rows say what they should."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+import pytest
+
+from chat.chart import chart_svg, nice_ceiling
+from chat.display import call_target, result_status
+from chat.rendering import ALLOWED_ATTRIBUTES, ALLOWED_TAGS, CODE_CLASSES, markdown_html
+from sessions_app.models import BreakCause, ModelRequest, RequestStatus, Result, ResultKind
+
+
+class Collect(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+
+def parsed(html: str) -> list[tuple[str, list[tuple[str, str | None]]]]:
+    collector = Collect()
+    collector.feed(html)
+    return collector.tags
+
+
+XSS = [
+    "<script>alert(1)</script>",
+    "<img src=x onerror=alert(1)>",
+    '<a href="javascript:alert(1)">x</a>',
+    "[x](javascript:alert(1))",
+    "[x](JaVaScRiPt:alert(1))",
+    "[x](vbscript:msgbox(1))",
+    "[x](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)",
+    "![x](javascript:alert(1))",
+    '<iframe src="http://evil.example/"></iframe>',
+    '<div hx-get="/sessions/1/delete" hx-trigger="load">x</div>',
+    "<svg onload=alert(1)>",
+    "<style>body{display:none}</style>",
+    '[x](http://example.com "title\\" onmouseover=\\"alert(1)")',
+    "```html\n<script>alert(1)</script>\n```",
+    "`<script>`",
+    "<a href='http://x' onclick='alert(1)'>x</a>",
+    "[x](</sessions/1/delete>)",
+    "<<script>script>alert(1)<</script>/script>",
+    "&lt;script&gt;alert(1)&lt;/script&gt;",
+]
+
+
+@pytest.mark.parametrize("payload", XSS)
+def test_nothing_but_the_allowed_tags_attributes_and_schemes_comes_out(payload: str) -> None:
+    html = str(markdown_html(payload))
+    for tag, attrs in parsed(html):
+        assert tag in ALLOWED_TAGS
+        for name, value in attrs:
+            if tag == "a" and name == "rel":
+                continue
+            if tag == "span" and name == "class":
+                assert set((value or "").split()) <= CODE_CLASSES
+                continue
+            assert name in ALLOWED_ATTRIBUTES.get(tag, set()), (tag, name)
+            if name == "href":
+                assert value is not None
+                assert value.startswith(("http://", "https://", "mailto:", "/")), value
+    names = [name for _, attrs in parsed(html) for name, _ in attrs]
+    assert not any(name.startswith(("on", "hx-", "data-", "style", "src")) for name in names)
+    assert "<script" not in html.lower() and "<img" not in html.lower()
+
+
+def test_raw_html_is_shown_as_text() -> None:
+    html = str(markdown_html("Use <b>bold</b> & <script>x</script>"))
+    assert "&lt;b&gt;bold&lt;/b&gt;" in html
+    assert "&lt;script&gt;" in html
+    assert "<b>" not in html
+
+
+def test_markdown_renders_emphasis_lists_tables_and_links() -> None:
+    html = str(
+        markdown_html(
+            "**b** *i* ~~s~~ `c`\n\n1. one\n2. two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n[site](https://example.com)"
+        )
+    )
+    assert "<strong>b</strong>" in html and "<em>i</em>" in html and "<s>s</s>" in html
+    assert "<code>c</code>" in html
+    assert "<ol>" in html and "<table>" in html and "<td>2</td>" in html
+    assert '<a href="https://example.com" rel="noopener noreferrer nofollow">site</a>' in html
+
+
+def test_code_blocks_are_highlighted_and_escaped() -> None:
+    html = str(markdown_html('```python\ndef f():\n    return "<b>"\n```'))
+    assert '<span class="k">def</span>' in html
+    assert "&lt;b&gt;" in html
+    plain = str(markdown_html("```\n<b>x</b>\n```"))
+    assert "<pre><code>&lt;b&gt;x&lt;/b&gt;" in plain
+    unknown = str(markdown_html("```no-such-language\n<b>x</b>\n```"))
+    assert "&lt;b&gt;x&lt;/b&gt;" in unknown
+
+
+def test_images_become_links_and_are_never_loaded() -> None:
+    html = str(markdown_html("![a cat](https://cats.example/cat.png)"))
+    assert "<img" not in html
+    assert '<a href="https://cats.example/cat.png" rel="noopener noreferrer nofollow">[image: a cat]</a>' in html
+
+
+def test_empty_text_renders_nothing() -> None:
+    assert markdown_html("") == ""
+
+
+def make_request(pk: int, **fields: object) -> ModelRequest:
+    defaults: dict[str, object] = {
+        "pk": pk,
+        "session_id": 1,
+        "kind": "reply",
+        "status": RequestStatus.DONE,
+        "bytes_sent": 1000,
+        "shared_prefix_bytes": 900,
+        "prompt_tokens": 1200,
+        "cached_tokens": 1000,
+        "completion_tokens": 30,
+        "time_to_first_token": 0.25,
+        "total_time": 1.5,
+        "break_cause": "",
+    }
+    defaults.update(fields)
+    return ModelRequest(**defaults)
+
+
+def test_the_chart_has_one_bar_per_finished_request_with_tooltips_and_causes() -> None:
+    requests = [
+        make_request(1, break_cause=BreakCause.FIRST, cached_tokens=0),
+        make_request(2),
+        make_request(3, break_cause=BreakCause.UNEXPECTED),
+        make_request(4, status=RequestStatus.FAILED, prompt_tokens=None, cached_tokens=None, error="<boom>"),
+        make_request(5, status=RequestStatus.SENDING),
+        make_request(6, cached_tokens=None, time_to_first_token=None),
+    ]
+    svg = str(chart_svg(requests))
+    tags = parsed(svg)
+    bars = [attrs for tag, attrs in tags if tag == "g" and ("class", "bar") in attrs]
+    assert len(bars) == 5
+    assert 'data-bars="5"' in svg
+    assert "prompt tokens: 1200" in svg and "cached tokens: 1000" in svg
+    assert "uncached tokens: 200" in svg
+    assert "completion tokens: 30" in svg
+    assert "time to first token: 0.250 s" in svg and "total time: 1.500 s" in svg
+    assert "bytes sent: 1000" in svg and "bytes shared with the request before: 900" in svg
+    assert "first request</text>" in svg and "unexpected</text>" in svg
+    assert "cached tokens: not reported" in svg
+    assert "failed: &lt;boom&gt;" in svg and "<boom>" not in svg
+    assert svg.count('class="break"') == 2
+    assert "<polyline" in svg
+    assert "<script" not in svg and "style=" not in svg
+
+
+def test_an_empty_chart_says_so() -> None:
+    svg = str(chart_svg([]))
+    assert "No model requests yet." in svg
+    assert 'data-bars="0"' in svg
+
+
+def test_nice_ceiling() -> None:
+    assert [nice_ceiling(v) for v in (0, 0.3, 1, 3, 7, 12, 4500)] == [1, 0.5, 1, 5, 10, 20, 5000]
+
+
+def make_result(kind: str, inserted: str, full: str = "", **fields: object) -> Result:
+    return Result(number=3, kind=kind, inserted_text=inserted, full_text=full, tool="read", **fields)
+
+
+def test_tool_rows_say_how_each_call_went() -> None:
+    read = make_result(
+        ResultKind.READ, "[#0003 a.py lines 1-200 of 340 sha 1]\n1: x", first_line=1, last_line=200, total_lines=340
+    )
+    assert result_status(read) == "lines 1-200 of 340"
+    error = make_result(ResultKind.ERROR, "[#0003] No such file or folder: /w/b.py")
+    assert result_status(error) == "No such file or folder: /w/b.py"
+    stub = make_result(ResultKind.STUB, "[#0003] Unchanged since #0001, which already shows lines 1-2.")
+    assert result_status(stub) == "Unchanged since #0001, which already shows lines 1-2."
+    listing = make_result(ResultKind.LISTING, "[#0003]\n/w/a\n/w/b", "/w/a\n/w/b")
+    assert result_status(listing) == "2 lines"
+    one = make_result(ResultKind.LISTING, "[#0003]\nNo matches.", "No matches.")
+    assert result_status(one) == "No matches."
+    output = make_result(ResultKind.OUTPUT, "[#0003]\nx\n[exit 2]", "x\n[exit 2]")
+    assert result_status(output) == "2 lines, [exit 2]"
+    edit = make_result(
+        ResultKind.EDIT,
+        "[#0003 a.py sha 1]\n@@ -1 +1 @@\n-a\n+b",
+        changed_files=[{"path": "a.py", "action": "update", "diff": "@@ -1 +1 @@\n-a\n+b", "lines": 1}],
+        stale=[1],
+    )
+    assert result_status(edit) == "+1 −1; stale: #0001"
+    recall = make_result(ResultKind.RECALL, "[#0003 recall #0001 lines 1-2 of 2]\na\nb")
+    assert result_status(recall) == "recall #0001 lines 1-2 of 2"
+
+
+def test_call_targets() -> None:
+    assert call_target("read", '{"path": "src/app.ts", "offset": 3}') == "src/app.ts"
+    assert call_target("grep", '{"pattern": "TODO", "path": "src"}') == "TODO in src"
+    assert call_target("run", '{"command": "ls -la"}') == "ls -la"
+    assert call_target("recall", '{"id": "#0001"}') == "#0001"
+    patch = "*** Begin Patch\n*** Add File: a.txt\n+x\n*** Delete File: b.txt\n*** End Patch"
+    assert call_target("apply_patch", '{"patch": ' + __import__("json").dumps(patch) + "}") == "a.txt, b.txt"
+    assert call_target("read", "not json") == "not json"
+    assert call_target("list", "") == ""

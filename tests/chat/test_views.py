@@ -1,0 +1,205 @@
+"""The pages: login, the session list, a new session, the chat page, a stored result and the chart."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from chat.loop import ReplyLoop
+from chat.testing.scripted_server import ScriptedServer, Step
+from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
+from sessions_app.services.sessions import session_start
+from sessions_app.services.turns import turn_start
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def ada(client: Client, user: Any) -> Client:
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def bob(other_user: Any) -> Client:
+    client = Client()
+    client.force_login(other_user)
+    return client
+
+
+def chatted(session: ChatSession, model: ScriptedServer) -> ChatSession:
+    model.push(
+        Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]),
+        Step(text="The notes have **30** lines. <script>alert(1)</script>"),
+    )
+    ReplyLoop(session).send("How long are the notes?")
+    return session
+
+
+def test_the_root_leads_to_the_login_page_when_logged_out(client: Client) -> None:
+    response = client.get("/")
+    assert response.status_code == 302
+    assert response["Location"] == "/login/?next=/"
+    assert client.get("/login/").status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/sessions/new", "/sessions/1/", "/sessions/1/chart", "/sessions/1/results/1/"])
+def test_every_page_needs_a_login(client: Client, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/")
+
+
+def test_login_and_logout(client: Client, user: Any) -> None:
+    response = client.post("/login/", {"username": "ada", "password": "ada-password-1"})
+    assert response.status_code == 302 and response["Location"] == "/"
+    assert client.get("/").status_code == 200
+    client.post("/logout/")
+    assert client.get("/").status_code == 302
+
+
+def test_the_session_list_shows_only_ones_own_sessions_newest_first(
+    ada: Client, user: Any, other_user: Any, workspace: Workspace, endpoint: ModelEndpoint
+) -> None:
+    older = session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="m", tools=[])
+    newer = session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="m", tools=[])
+    session_start(owner=other_user, workspace=workspace, endpoint=endpoint, model_name="m", tools=[], title="Bob's")
+    turn_start(session=older, words="What is in  the\nworkspace?", today="2026-11-29", instructions=None)
+    older.refresh_from_db()
+    html = ada.get("/").content.decode()
+    assert "Bob&#x27;s" not in html and "Bob's" not in html
+    assert html.index(f'id="session-{older.pk}"') < html.index(f'id="session-{newer.pk}"')
+    assert "What is in the workspace?" in html
+    assert "New session" in html
+
+
+def test_new_session_offers_the_users_workspaces_and_starts_with_the_tools(
+    ada: Client, user: Any, other_user: Any, workspace: Workspace, endpoint: ModelEndpoint
+) -> None:
+    private = Workspace.objects.create(name="bobs", folder="/tmp")
+    private.members.add(other_user)
+    html = ada.get("/sessions/new").content.decode()
+    assert ">ws<" in html and ">bobs<" not in html
+    response = ada.post(
+        "/sessions/new", {"workspace": workspace.pk, "endpoint": endpoint.pk, "model": "", "mode": "plan"}
+    )
+    session = ChatSession.objects.get(owner=user)
+    assert response["Location"] == f"/sessions/{session.pk}/"
+    assert session.model_name == "scripted" and session.mode == "plan"
+    tools = session.generations.get().tools_json
+    assert '"name":"read"' in tools and '"name":"run"' in tools  # the fixture's workspace allows commands
+    refused = ada.post("/sessions/new", {"workspace": private.pk, "endpoint": endpoint.pk, "mode": "edit"})
+    assert refused.status_code == 200 and ChatSession.objects.count() == 1
+
+
+def test_new_session_asks_the_server_for_a_model_when_the_endpoint_names_none(
+    ada: Client, user: Any, workspace: Workspace, model: ScriptedServer
+) -> None:
+    listed = ModelEndpoint.objects.create(name="listed", base_url=model.base_url, model="")
+    ada.post("/sessions/new", {"workspace": workspace.pk, "endpoint": listed.pk, "mode": "edit"})
+    assert ChatSession.objects.get(owner=user).model_name == "scripted"
+    gone = ModelEndpoint.objects.create(name="gone", base_url="http://127.0.0.1:9/v1", model="")
+    ada.post("/sessions/new", {"workspace": workspace.pk, "endpoint": gone.pk, "mode": "edit"})
+    assert ChatSession.objects.filter(owner=user, endpoint=gone).get().model_name == "default"
+
+
+def test_the_chat_page_shows_turns_tool_rows_and_the_chart(
+    ada: Client, live_session: ChatSession, model: ScriptedServer
+) -> None:
+    chatted(live_session, model)
+    response = ada.get(f"/sessions/{live_session.pk}/")
+    html = response.content.decode()
+    assert "default-src 'self'" in response["Content-Security-Policy"]
+    assert f'ws-connect="/ws/sessions/{live_session.pk}/"' in html
+    assert 'id="controls" data-state="connecting"' in html  # the websocket's first message enables them
+    assert 'id="turn-1"' in html and 'data-status="done"' in html
+    assert re.search(r'<code class="rid">#0001</code> <span class="tool-name">read</span>', html)
+    assert "— lines 1-30 of 30" in html
+    assert f'href="/sessions/{live_session.pk}/results/1/"' in html
+    assert '<div class="md reply" hx-disable><p>The notes have <strong>30</strong> lines. &lt;script&gt;' in html
+    assert "<script>alert" not in html
+    assert html.count('<g class="bar"') == 2
+    assert "How long are the notes?" in html
+
+
+def test_an_open_turn_nobody_replies_to_is_shown_interrupted(ada: Client, live_session: ChatSession) -> None:
+    turn_start(session=live_session, words="Hello", today="2026-11-29", instructions=None)
+    html = ada.get(f"/sessions/{live_session.pk}/").content.decode()
+    assert 'data-status="interrupted"' in html
+    assert "The reply stopped when the server running it stopped" in html
+    assert 'class="retry"' in html
+    assert Turn.objects.get().status == TurnStatus.INTERRUPTED
+
+
+def test_another_user_gets_404_everywhere(bob: Client, live_session: ChatSession, model: ScriptedServer) -> None:
+    chatted(live_session, model)
+    base = f"/sessions/{live_session.pk}"
+    for path in ("/", "/chart", "/results/1/", "/results/2/"):
+        assert bob.get(base + path).status_code == 404, path
+    assert bob.post(base + "/rename", {"title": "mine"}).status_code == 404
+    assert bob.post(base + "/delete").status_code == 404
+    live_session.refresh_from_db()
+    assert live_session.title == "How long are the notes?"
+
+
+def test_rename_with_htmx_and_without(ada: Client, chat_session: ChatSession) -> None:
+    url = reverse("session_rename", args=[chat_session.pk])
+    response = ada.post(url, {"title": "  Plans  "}, headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    assert f'id="session-{chat_session.pk}"' in response.content.decode()
+    assert ChatSession.objects.get().title == "Plans"
+    response = ada.post(url, {"title": "Other"})
+    assert response.status_code == 302 and ChatSession.objects.get().title == "Other"
+    assert ada.get(url).status_code == 405
+
+
+def test_posts_need_the_csrf_token(user: Any, chat_session: ChatSession) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    assert client.post(reverse("session_rename", args=[chat_session.pk]), {"title": "x"}).status_code == 403
+    assert client.post(reverse("session_delete", args=[chat_session.pk])).status_code == 403
+    assert ChatSession.objects.filter(pk=chat_session.pk).exists()
+
+
+def test_delete_a_session_with_everything_stored(ada: Client, live_session: ChatSession, model: ScriptedServer) -> None:
+    chatted(live_session, model)
+    url = reverse("session_delete", args=[live_session.pk])
+    turn = turn_start(session=live_session, words="Hello", today="2026-11-29", instructions=None)
+    busy = ada.post(url)
+    assert busy.status_code == 409 and ChatSession.objects.exists()
+    Turn.objects.filter(pk=turn.pk).update(status=TurnStatus.DONE)
+    response = ada.post(url, headers={"HX-Request": "true"})
+    assert response.status_code == 200 and response.content == b""
+    assert not ChatSession.objects.exists() and not Turn.objects.exists()
+
+
+def test_a_stored_result_is_paged_like_recall(ada: Client, live_session: ChatSession, model: ScriptedServer) -> None:
+    chatted(live_session, model)
+    url = f"/sessions/{live_session.pk}/results/1/"
+    html = ada.get(url).content.decode()
+    assert "lines 1-30 of 30" in html and "30: line 30" in html and "#0001" in html
+    assert 'id="next-page"' not in html
+    html = ada.get(url + "?offset=11&limit=5").content.decode()
+    assert "lines 11-15 of 30" in html
+    body = re.search(r'<pre class="full-text"[^>]*>(.*?)</pre>', html, re.S)
+    assert body is not None and body.group(1) == "\n".join(f"{n}: line {n}" for n in range(11, 16))
+    assert '?offset=16&amp;limit=5" id="next-page"' in html and '?offset=6&amp;limit=5" id="previous-page"' in html
+    html = ada.get(url + "?offset=1&limit=99999").content.decode()
+    assert "lines 1-30 of 30" in html
+    html = ada.get(url + "?offset=31").content.decode()
+    assert "past the end" in html
+    html = ada.get(url + "?offset=x&limit=-3").content.decode()
+    assert "lines 1-1 of 30" in html
+    assert ada.get(f"/sessions/{live_session.pk}/results/9/").status_code == 404
+
+
+def test_the_chart_fragment(ada: Client, live_session: ChatSession, model: ScriptedServer) -> None:
+    empty = ada.get(f"/sessions/{live_session.pk}/chart")
+    assert empty["Content-Type"] == "image/svg+xml" and b"No model requests yet." in empty.content
+    chatted(live_session, model)
+    svg = ada.get(f"/sessions/{live_session.pk}/chart").content.decode()
+    assert svg.count('<g class="bar"') == 2 and 'data-cause="first"' in svg
