@@ -342,6 +342,11 @@ class CaseRun:
         return StepText("")
 
 
+def _workspace_name(folder: Path) -> str:
+    """``workspace`` (so the system prompt is the same bytes in every run), unless a real one has the name."""
+    return "workspace" if not Workspace.objects.filter(name="workspace").exists() else f"case-{folder.name}"
+
+
 def _user() -> Any:
     users = get_user_model()
     user, _ = users.objects.get_or_create(username="conformance-runner", defaults={"is_active": False})
@@ -361,7 +366,7 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
         with transaction.atomic():
             try:
                 workspace = Workspace.objects.create(
-                    name=f"case-{os.getpid()}-{folder.name}",
+                    name=_workspace_name(folder),
                     folder=str(root),
                     allow_commands=bool(case.get("commands", False)),
                 )
