@@ -279,13 +279,6 @@ class CaseRun:
             return StepText(turn.message)
         if "compact" in step:
             self._end_open_reply()
-            self.session.refresh_from_db()
-            build_request(
-                self.session,
-                current=None,
-                model_name=self.session.model_name,
-                extra_user=prompts.compact_task(),
-            )
             generation = compaction_apply(session=self.session, summary=str(step["compact"]), config=self.config)
             return StepText(generation.system_prompt, table=generation.table)
         if "set_mode" in step:

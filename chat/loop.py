@@ -11,7 +11,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -24,7 +24,7 @@ from chat.tools import call_tool
 from chat.workspace import read_instructions, restore_files, tool_context
 from sessions_app import prompts
 from sessions_app.errors import EmptySummary
-from sessions_app.models import ChatSession, ModelRequest, RequestKind, Result, Step, Turn, TurnStatus
+from sessions_app.models import ChatSession, ModelRequest, RequestKind, Result, Step, Turn
 from sessions_app.selectors.requests import BuiltRequest, build_request
 from sessions_app.selectors.sessions import last_live_turn
 from sessions_app.services.compaction import compaction_apply
@@ -60,15 +60,6 @@ class ReplyEvents:
 @dataclass
 class ReplyOutcome:
     turn: Turn
-    requests: list[ModelRequest] = field(default_factory=list)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(request.prompt_tokens or 0 for request in self.requests)
-
-    @property
-    def cached_tokens(self) -> int:
-        return sum(request.cached_tokens or 0 for request in self.requests)
 
 
 def today() -> str:
@@ -263,7 +254,7 @@ class ReplyLoop:
                 self._compact()
 
     def _run(self, turn: Turn) -> ReplyOutcome:
-        outcome = ReplyOutcome(turn=turn, requests=self.requests)
+        outcome = ReplyOutcome(turn=turn)
         try:
             with CancelWatch(turn, self.cancel):
                 outcome.turn = self._steps(turn)
@@ -322,7 +313,3 @@ class ReplyLoop:
                 raise ModelCancelled("Stopped.", url=session.endpoint.base_url)
         limit = str(prompts.loop_settings()["step_limit_text"]).format(steps=self.max_steps)
         return turn_finish(turn=turn, reply_text=_reply_text(turn, limit))
-
-
-def turn_is_open(turn: Turn) -> bool:
-    return Turn.objects.filter(pk=turn.pk, status=TurnStatus.OPEN).exists()

@@ -128,10 +128,6 @@ class Turn(models.Model):
     def __str__(self) -> str:
         return f"{self.session_id} turn {self.number}"
 
-    @property
-    def is_live(self) -> bool:
-        return self.status != TurnStatus.TAKEN_BACK
-
 
 class Step(models.Model):
     """One request's answer within a reply: its text, reasoning and tool calls as the model sent them."""

@@ -30,11 +30,6 @@ class BuiltRequest:
             return self.message_offsets[index + 1] - 1
         return len(self.body) - 2
 
-    @property
-    def open_prefix(self) -> bytes:
-        """The body without its closing ``]}``: what a continuation of this request starts with."""
-        return self.body[:-2]
-
 
 def _step_messages(step: Step, results: list[Result]) -> list[dict[str, Any]]:
     assistant: dict[str, Any] = {"role": "assistant", "content": step.text}

@@ -42,10 +42,6 @@ def last_live_turn(session: ChatSession) -> Turn | None:
     return Turn.objects.filter(session=session).exclude(status=TurnStatus.TAKEN_BACK).order_by("-number").first()
 
 
-def session_turns(*, owner: AbstractBaseUser | AnonymousUser, session: ChatSession) -> QuerySet[Turn]:
-    return Turn.objects.filter(session=session, session__owner_id=owner.pk).order_by("number")
-
-
 def result_get(*, owner: AbstractBaseUser | AnonymousUser, session_id: int, number: int) -> Result | None:
     return Result.objects.filter(session_id=session_id, session__owner_id=owner.pk, number=number).first()
 
