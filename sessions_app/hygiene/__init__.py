@@ -22,7 +22,7 @@ from .outcomes import (
 from .reads import containing_read, render_read
 from .recall import render_recall
 from .render import render_result
-from .rendered import Rendered, prior_from_rendered
+from .rendered import Rendered
 from .table import TableRead, compaction_table, system_prompt_with_summary
 
 __all__ = [
@@ -57,7 +57,6 @@ __all__ = [
     "line_window",
     "newest_same_listing",
     "parse_id",
-    "prior_from_rendered",
     "render_edit",
     "render_read",
     "render_recall",

@@ -39,11 +39,6 @@ class Rendered:
         )
 
 
-def prior_from_rendered(rendered: Rendered, *, tool: str, args_key: str) -> PriorResult:
-    """``rendered`` as an entry of the dedupe table."""
-    return rendered.as_prior(tool, args_key)
-
-
 def with_bracket(bracket: str, body: str) -> str:
     """The bracket, then a newline and ``body`` when there is one."""
     return f"{bracket}\n{body}" if body else bracket

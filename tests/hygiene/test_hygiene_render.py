@@ -14,7 +14,6 @@ from sessions_app.hygiene import (
     ReadOutcome,
     Rendered,
     args_key,
-    prior_from_rendered,
     render_result,
 )
 
@@ -203,7 +202,7 @@ def test_error_is_one_short_line(config: ContextConfig) -> None:
 
 def test_as_prior_keeps_the_facts(config: ContextConfig) -> None:
     rendered = Reply(config).call("read", {}, read_of(BIG, 1, 10))
-    prior = prior_from_rendered(rendered, tool="read", args_key="{}")
+    prior = rendered.as_prior("read", "{}")
     assert prior == PriorResult(
         number=1,
         tool="read",
