@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from chat.tools import ToolContext
+from chat.tools import ToolContext, ToolError, resolve_in_workspace
 from sessions_app import prompts
 from sessions_app.hygiene import format_id, last_seen_sha
 from sessions_app.hygiene.config import ContextConfig
@@ -21,16 +21,15 @@ def workspace_root(session: ChatSession) -> Path:
     return Path(session.workspace.folder).resolve()
 
 
-def tool_context(session: ChatSession, turn: Turn, *, config: ContextConfig | None = None) -> ToolContext:
-    """The context the tools of one call run in; what the model has seen is read from the reply's results."""
+def workspace_context(session: ChatSession, *, config: ContextConfig | None = None) -> ToolContext:
+    """The session's workspace as the tools see it, outside any reply (nothing seen yet)."""
     loop = prompts.loop_settings()
-    table = reply_table(turn)
     return ToolContext(
         root=workspace_root(session),
         config=config or prompts.rules_config(),
         mode=session.mode,
         allow_commands=session.workspace.allow_commands,
-        last_seen_sha=lambda abs_path: last_seen_sha(table, abs_path),
+        last_seen_sha=lambda abs_path: None,
         recall=lambda number: stored_full_text(session, number),
         run_timeout=int(loop["run_timeout"]),
         run_max_timeout=int(loop["run_max_timeout"]),
@@ -38,15 +37,25 @@ def tool_context(session: ChatSession, turn: Turn, *, config: ContextConfig | No
     )
 
 
-def _inside(root: Path, candidate: Path) -> Path | None:
-    resolved = candidate.resolve()
-    return resolved if resolved == root or root in resolved.parents else None
+def tool_context(session: ChatSession, turn: Turn, *, config: ContextConfig | None = None) -> ToolContext:
+    """The context the tools of one call run in; what the model has seen is read from the reply's results."""
+    table = reply_table(turn)
+    return replace(
+        workspace_context(session, config=config), last_seen_sha=lambda abs_path: last_seen_sha(table, abs_path)
+    )
+
+
+def _inside(context: ToolContext, path: str) -> Path | None:
+    """``path`` resolved by the tools' own confinement, or ``None`` where they would refuse it."""
+    try:
+        return resolve_in_workspace(path, context)
+    except ToolError:
+        return None
 
 
 def read_instructions(session: ChatSession) -> str | None:
     """The workspace's ``AGENTS.md`` when it is a text file inside the workspace, else ``None``."""
-    root = workspace_root(session)
-    path = _inside(root, root / INSTRUCTIONS_FILE)
+    path = _inside(workspace_context(session), INSTRUCTIONS_FILE)
     if path is None or not path.is_file():
         return None
     data = path.read_bytes()
@@ -67,12 +76,12 @@ def _sha256(path: Path) -> str:
 
 def restore_files(session: ChatSession, edits: list[Result]) -> RestoreReport:
     """Undo the file changes of taken-back edits, newest first, where a file still has what the edit left."""
-    root = workspace_root(session)
+    context = workspace_context(session)
     restored: list[str] = []
     conflicts: list[str] = []
     for edit in edits:
         for change in reversed(edit.changed_files):
-            path = _inside(root, Path(change["abs_path"]))
+            path = _inside(context, change["abs_path"])
             if path is None:
                 conflicts.append(f"{change['abs_path']}: outside the workspace now")
                 continue
