@@ -98,8 +98,8 @@ def main() -> None:
 
     from django.contrib.auth import get_user_model
 
-    from chat.loop import ReplyLoop
-    from chat.model_client import Timeouts, stream_chat
+    from chat.agent.loop import ReplyLoop
+    from chat.agent.model_client import Timeouts, stream_chat
     from chat.testing.llama import LlamaServer
     from chat.testing.tiny_gguf import ModelShape, write_model
     from chat.tools import tool_list

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from chat import runner
 from chat.testing.scripted_server import ScriptedServer
+from chat.web import runner
 from sessions_app.models import ModelEndpoint, Workspace
 from tests.browser.browser_kit import CHROMIUM, CHROMIUM_ARGS, PASSWORDS, Browser, World
 

@@ -9,8 +9,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from chat.loop import ReplyEvents, ReplyLoop
-from chat.model_client import ModelError, list_models
+from chat.agent.loop import ReplyEvents, ReplyLoop
+from chat.agent.model_client import ModelError, list_models
 from chat.tools import tool_list
 from sessions_app.errors import StoreError
 from sessions_app.models import (

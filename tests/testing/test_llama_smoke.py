@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from chat.model_client import Completion, Timeouts, list_models, stream_chat
+from chat.agent.model_client import Completion, Timeouts, list_models, stream_chat
 from chat.testing.tiny_gguf import ModelShape, write_model
-from tests.model_client.mc_helpers import SYSTEM
+from tests.agent.mc_helpers import SYSTEM
 
 pytest.importorskip("xllamacpp")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django import template
 from django.utils.safestring import SafeString
 
-from chat.display import result_id
-from chat.rendering import markdown_html
+from chat.web.display import result_id
+from chat.web.rendering import markdown_html
 
 register = template.Library()
 

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from chat.model_client import (
+from chat.agent.model_client import (
     ModelHTTPError,
     ModelProtocolError,
     ModelStreamCut,
@@ -18,7 +18,7 @@ from chat.model_client import (
     ToolCall,
     stream_chat,
 )
-from tests.model_client.mc_helpers import bytewise, delta_chunk, mock_client, sse
+from tests.agent.mc_helpers import bytewise, delta_chunk, mock_client, sse
 
 FAST = Timeouts(connect=2.0, first_token=5.0, between_chunks=5.0)
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from chat.loop import ReplyLoop
-from chat.model_client import Timeouts
+from chat.agent.loop import ReplyLoop
+from chat.agent.model_client import Timeouts
 from chat.testing.llama import LlamaServer
 from chat.testing.tiny_gguf import ModelShape, write_model
 from chat.tools import tool_list

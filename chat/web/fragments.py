@@ -9,8 +9,8 @@ from django.template.loader import render_to_string
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from chat import chart
-from chat.display import LiveText, row_for_result, single_turn, transcript
+from chat.web import chart
+from chat.web.display import LiveText, row_for_result, single_turn, transcript
 from sessions_app.models import ChatSession, Mode, ModelRequest, Result, Turn
 
 

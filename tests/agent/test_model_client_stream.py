@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from chat.model_client import (
+from chat.agent.model_client import (
     ModelUnavailable,
     Timeouts,
     ToolCall,
@@ -14,7 +14,7 @@ from chat.model_client import (
     stream_chat,
 )
 from chat.testing.scripted_server import ScriptedServer, Step
-from tests.model_client.mc_helpers import chat_body, first_turn
+from tests.agent.mc_helpers import chat_body, first_turn
 
 FAST = Timeouts(connect=2.0, first_token=10.0, between_chunks=10.0)
 

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from chat.model_client import (
+from chat.agent.model_client import (
     ModelCancelled,
     ModelError,
     ModelHTTPError,
@@ -21,7 +21,7 @@ from chat.model_client import (
     stream_chat,
 )
 from chat.testing.scripted_server import ScriptedServer, Step
-from tests.model_client.mc_helpers import chat_body, first_turn, mock_client
+from tests.agent.mc_helpers import chat_body, first_turn, mock_client
 
 FAST = Timeouts(connect=2.0, first_token=10.0, between_chunks=10.0)
 TEXT = "This answer will not arrive in one piece, sadly."

@@ -12,12 +12,12 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from chat import fragments, runner
-from chat.chart import chart_svg
-from chat.display import call_target, result_id, result_status
-from chat.forms import NewSessionForm, RenameForm
-from chat.model_client import ModelError, list_models
+from chat.agent.model_client import ModelError, list_models
 from chat.tools import tool_list
+from chat.web import fragments, runner
+from chat.web.chart import chart_svg
+from chat.web.display import call_target, result_id, result_status
+from chat.web.forms import NewSessionForm, RenameForm
 from sessions_app import prompts
 from sessions_app.hygiene import count_lines, line_window
 from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Turn, TurnStatus

@@ -18,8 +18,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from chat.agent.workspace import read_instructions, tool_context
 from chat.tools import call_tool, tool_list
-from chat.workspace import read_instructions, tool_context
 from sessions_app import prompts
 from sessions_app.errors import StoreError
 from sessions_app.hygiene.config import ContextConfig

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from chat.loop import ReplyEvents, ReplyLoop, reply_lock
-from chat.model_client import Timeouts
+from chat.agent.loop import ReplyEvents, ReplyLoop, reply_lock
+from chat.agent.model_client import Timeouts
 from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.errors import ReplyInProgress
 from sessions_app.models import (

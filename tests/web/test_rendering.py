@@ -6,9 +6,9 @@ from html.parser import HTMLParser
 
 import pytest
 
-from chat.chart import chart_svg, nice_ceiling
-from chat.display import call_target, result_status
-from chat.rendering import ALLOWED_ATTRIBUTES, ALLOWED_TAGS, CODE_CLASSES, markdown_html
+from chat.web.chart import chart_svg, nice_ceiling
+from chat.web.display import call_target, result_status
+from chat.web.rendering import ALLOWED_ATTRIBUTES, ALLOWED_TAGS, CODE_CLASSES, markdown_html
 from sessions_app.models import BreakCause, ModelRequest, RequestStatus, Result, ResultKind
 
 

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from chat.loop import ReplyLoop
+from chat.agent.loop import ReplyLoop
 from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start

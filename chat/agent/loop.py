@@ -18,10 +18,10 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from chat import model_client
-from chat.model_client import Completion, ModelCancelled, ModelError, Timeouts, ToolCall
+from chat.agent import model_client
+from chat.agent.model_client import Completion, ModelCancelled, ModelError, Timeouts, ToolCall
+from chat.agent.workspace import read_instructions, restore_files, tool_context
 from chat.tools import call_tool
-from chat.workspace import read_instructions, restore_files, tool_context
 from sessions_app import prompts
 from sessions_app.errors import EmptySummary
 from sessions_app.models import ChatSession, ModelRequest, RequestKind, Result, Step, Turn

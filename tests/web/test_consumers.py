@@ -18,8 +18,8 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from cachet.asgi import application
-from chat import runner
 from chat.testing.scripted_server import ScriptedServer, Step
+from chat.web import runner
 from sessions_app.models import ChatSession, Turn, TurnStatus
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from chat import views
+from chat.web import views
 
 urlpatterns = [
     path("", views.home, name="home"),

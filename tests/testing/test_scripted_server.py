@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from chat.testing.scripted_server import ScriptedServer, Step, load_script, render_prompt, tokenize
-from tests.model_client.mc_helpers import chat_body, first_turn
+from tests.agent.mc_helpers import chat_body, first_turn
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,14 +1,14 @@
 """Runs a session's reply loop in a background thread of the web process and streams it to every tab.
 
 One job at a time per session in this process (``ReplyInProgress`` otherwise); across processes the
-loop's Postgres advisory lock (``chat.loop.reply_lock``) refuses the second one the same way. A job is a
+loop's Postgres advisory lock (``chat.agent.loop.reply_lock``) refuses the second one the same way. A job is a
 send, a regenerate, an undo, a rewind or a compaction; it does not belong to any websocket, so the reply
 goes on when the tab that asked for it closes.
 
-Progress goes to the channel-layer group ``session-<id>`` as ready HTML (``chat.fragments``): every event
+Progress goes to the channel-layer group ``session-<id>`` as ready HTML (``chat.web.fragments``): every event
 carries the job's id and a sequence number. The job also keeps the text the current step has streamed so
 far; a tab that (re)connects takes a :class:`Snapshot` of it and renders the stored turns, and drops the
-events the snapshot already covers (see ``chat.consumers``).
+events the snapshot already covers (see ``chat.web.consumers``).
 
 The events are sent on the web server's event loop (the one the consumer that started the job runs on)
 with ``asyncio.run_coroutine_threadsafe``: the in-memory channel layer's queues belong to that loop, and a
@@ -33,10 +33,10 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import close_old_connections, connection
 
-from chat import fragments
-from chat.display import LiveText
-from chat.loop import ReplyEvents, ReplyLoop, reply_lock, reply_running
-from chat.model_client import ModelError, ToolCall
+from chat.agent.loop import ReplyEvents, ReplyLoop, reply_lock, reply_running
+from chat.agent.model_client import ModelError, ToolCall
+from chat.web import fragments
+from chat.web.display import LiveText
 from sessions_app.errors import ReplyInProgress, StoreError
 from sessions_app.models import ChatSession, ModelRequest, RequestKind, Result, Step, Turn, TurnStatus
 from sessions_app.services.turns import turn_request_cancel

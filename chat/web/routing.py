@@ -6,7 +6,7 @@ from typing import Any
 
 from django.urls import path
 
-from chat.consumers import SessionConsumer
+from chat.web.consumers import SessionConsumer
 
 websocket_urlpatterns: list[Any] = [
     path("ws/sessions/<int:session_id>/", SessionConsumer.as_asgi()),

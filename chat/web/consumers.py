@@ -15,7 +15,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 
-from chat import fragments, runner
+from chat.web import fragments, runner
 from sessions_app.errors import StoreError
 from sessions_app.models import ChatSession
 from sessions_app.selectors.sessions import session_get

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from chat.conformance import load_cases
+from chat.testing.conformance import load_cases
 from sessions_app.models import ChatSession, Result, Turn, Workspace
 
 CASE_FILE = Path(__file__).resolve().parents[2] / "conformance" / "context.json"

@@ -1,0 +1,1 @@
+"""The reply loop, the model client and what the loop needs of a workspace."""
