@@ -76,7 +76,6 @@ class ChatSessionAdmin(ReadOnlyAdmin):
     list_display = ["id", "title", "owner", "workspace", "model_name", "mode", "updated_at"]
     list_filter = ["owner", "workspace", "mode"]
     search_fields = ["title", "owner__username"]
-    exclude = ["last_request_body"]
     inlines = [GenerationInline, TurnInline]
 
 

@@ -30,3 +30,14 @@ class EmptySummary(StoreError):
 class NothingToCompact(StoreError):
     def __init__(self) -> None:
         super().__init__("There is nothing to compact yet.")
+
+
+def person_message(error: BaseException) -> str:
+    """The one line a person is shown for ``error``: what the store says, else what failed, never a path."""
+    from django.db import DatabaseError
+
+    if isinstance(error, StoreError):
+        return str(error)
+    if isinstance(error, DatabaseError):
+        return "The database is unavailable; your message is kept."
+    return f"Cachet failed: {type(error).__name__}."

@@ -55,7 +55,7 @@ class ChatSession(models.Model):
     next_result_number = models.PositiveIntegerField(default=1)
     next_turn_number = models.PositiveIntegerField(default=1)
     generation_number = models.PositiveIntegerField(default=1)
-    last_request_body = models.BinaryField(default=b"", editable=False)
+    revision = models.PositiveBigIntegerField(default=0)
     pending_breaks = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -82,6 +82,7 @@ class Generation(models.Model):
     table = models.TextField(blank=True)
     covers_through_turn = models.PositiveIntegerField(null=True, blank=True)
     taken_back = models.BooleanField(default=False)
+    revision = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -116,14 +117,14 @@ class Turn(models.Model):
     status = models.CharField(max_length=12, choices=TurnStatus.choices, default=TurnStatus.OPEN)
     error = models.TextField(blank=True)
     taken_back_by = models.CharField(max_length=12, blank=True)
-    cancel_requested = models.BooleanField(default=False)
+    revision = models.PositiveBigIntegerField(default=0)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["session", "number"]
         constraints = [models.UniqueConstraint(fields=["session", "number"], name="turn_unique_number")]
-        indexes = [models.Index(fields=["session", "status"])]
+        indexes = [models.Index(fields=["session", "status"]), models.Index(fields=["session", "revision"])]
 
     def __str__(self) -> str:
         return f"{self.session_id} turn {self.number}"
@@ -146,6 +147,22 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"{self.turn} step {self.number}"
+
+
+class StepDraft(models.Model):
+    """What the step being streamed has said so far, saved as it streams; the stored step replaces it."""
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="drafts")
+    number = models.PositiveIntegerField()
+    text = models.TextField(blank=True)
+    reasoning = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["turn", "number"], name="draft_unique_number")]
+
+    def __str__(self) -> str:
+        return f"{self.turn} draft {self.number}"
 
 
 class ResultKind(models.TextChoices):
@@ -252,3 +269,14 @@ class ModelRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} request {self.pk}"
+
+
+class LastRequest(models.Model):
+    """The bytes of a session's last request, which the next one is compared with; read once per reply."""
+
+    session = models.OneToOneField(ChatSession, on_delete=models.CASCADE, primary_key=True, related_name="last_request")
+    body = models.BinaryField(default=b"")
+    turn_number = models.PositiveIntegerField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.session_id} last request"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessions_app.models import ChatSession, Generation, Result, Step, Turn
+from sessions_app.models import ChatSession, Generation, LastRequest, Result, Step, Turn
 from sessions_app.selectors.sessions import current_generation, history_turns
+from sessions_app.types import PendingBreak
 
 
 def dumps(value: object) -> str:
@@ -31,7 +33,8 @@ class BuiltRequest:
         return len(self.body) - 2
 
 
-def _step_messages(step: Step, results: list[Result]) -> list[dict[str, Any]]:
+def assistant_message(step: Step) -> dict[str, Any]:
+    """A step's own message: its text, its reasoning as the server sent it, its calls as generated."""
     assistant: dict[str, Any] = {"role": "assistant", "content": step.text}
     if step.reasoning:
         assistant["reasoning_content"] = step.reasoning
@@ -44,34 +47,94 @@ def _step_messages(step: Step, results: list[Result]) -> list[dict[str, Any]]:
             }
             for call in step.tool_calls
         ]
-    messages = [assistant]
+    return assistant
+
+
+def tool_message(result: Result) -> dict[str, Any]:
+    """A result as the request carries it, answering its call."""
+    return {"role": "tool", "tool_call_id": result.call_id, "content": result.inserted_text}
+
+
+def step_messages(step: Step, results: Iterable[Result]) -> list[dict[str, Any]]:
+    """A step as the request carries it: the assistant message with its calls, then one tool message each."""
     by_call = {result.call_id: result for result in results}
-    for call in step.tool_calls:
-        result = by_call.get(call["id"])
-        if result is not None:
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result.inserted_text})
-    return messages
+    answered = [by_call[call["id"]] for call in step.tool_calls if call["id"] in by_call]
+    return [assistant_message(step), *(tool_message(result) for result in answered)]
 
 
-def request_messages(
-    session: ChatSession, *, generation: Generation, current: Turn | None
-) -> tuple[list[dict[str, Any]], dict[int, int]]:
-    """The messages of a request, and where each turn's user message sits among them."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": generation.system_prompt}]
-    turn_user_index: dict[int, int] = {}
-    for turn in history_turns(session, generation=generation):
-        if current is not None and turn.number >= current.number:
-            break
-        turn_user_index[turn.number] = len(messages)
-        messages.append({"role": "user", "content": turn.message})
-        messages.append({"role": "assistant", "content": turn.reply_text})
-    if current is not None:
-        turn_user_index[current.number] = len(messages)
-        messages.append({"role": "user", "content": current.message})
-        results = list(current.results.order_by("number"))
-        for step in current.steps.order_by("number"):
-            messages.extend(_step_messages(step, [r for r in results if r.step_id == step.pk]))
-    return messages, turn_user_index
+class RequestBuilder:
+    """The requests of one reply: the history is read from the store once, then each stored step is
+    added as the reply goes on, so a step costs no reading of what came before it.
+
+    ``build()`` gives the same bytes as a builder made afresh from the store at that moment.
+    """
+
+    def __init__(self, session: ChatSession, *, model_name: str, current: Turn | None) -> None:
+        generation = current_generation(session)
+        self.generation: Generation = generation
+        self.tools: list[dict[str, Any]] = json.loads(generation.tools_json)
+        self.head = (
+            '{"model":'
+            + dumps(model_name)
+            + ',"stream":true,"stream_options":{"include_usage":true}'
+            + (',"tools":' + dumps(self.tools) if self.tools else "")
+            + ',"messages":['
+        ).encode()
+        self.messages: list[dict[str, Any]] = []
+        self.encoded: list[bytes] = []
+        self.offsets: list[int] = []
+        self.size = len(self.head)
+        self.turn_user_index: dict[int, int] = {}
+        self._add({"role": "system", "content": generation.system_prompt})
+        turns = history_turns(session, generation=generation).only("number", "message", "reply_text")
+        if current is not None:
+            turns = turns.filter(number__lt=current.number)
+        for turn in turns:
+            self.turn_user_index[turn.number] = len(self.messages)
+            self._add({"role": "user", "content": turn.message})
+            self._add({"role": "assistant", "content": turn.reply_text})
+        if current is not None:
+            self.turn_user_index[current.number] = len(self.messages)
+            self._add({"role": "user", "content": current.message})
+            results = list(current.results.order_by("number"))
+            for step in current.steps.order_by("number"):
+                self.add_step(step, [result for result in results if result.step_id == step.pk])
+
+    def _add(self, message: dict[str, Any]) -> None:
+        encoded = (("," if self.messages else "") + dumps(message)).encode()
+        self.offsets.append(self.size + (1 if self.messages else 0))
+        self.messages.append(message)
+        self.encoded.append(encoded)
+        self.size += len(encoded)
+
+    def add_step(self, step: Step, results: Sequence[Result]) -> None:
+        """The stored ``step`` and the results of its calls, after everything added so far."""
+        for message in step_messages(step, results):
+            self._add(message)
+
+    def add_assistant(self, step: Step) -> None:
+        """The stored ``step``'s own message; its results follow as they are stored."""
+        self._add(assistant_message(step))
+
+    def add_result(self, result: Result) -> None:
+        self._add(tool_message(result))
+
+    def build(self, *, extra_user: str | None = None) -> BuiltRequest:
+        """The request as it stands; ``extra_user`` appends one more user message (the compaction task)."""
+        messages, encoded, offsets = self.messages, self.encoded, self.offsets
+        if extra_user is not None:
+            extra = {"role": "user", "content": extra_user}
+            messages = [*messages, extra]
+            encoded = [*encoded, ("," + dumps(extra)).encode()]
+            offsets = [*offsets, self.size + 1]
+        return BuiltRequest(
+            body=b"".join([self.head, *encoded, b"]}"]),
+            messages=list(messages),
+            tools=self.tools,
+            message_offsets=list(offsets),
+            turn_user_index=dict(self.turn_user_index),
+            generation_number=self.generation.number,
+        )
 
 
 def build_request(
@@ -81,33 +144,31 @@ def build_request(
     model_name: str,
     extra_user: str | None = None,
 ) -> BuiltRequest:
-    """The request for the next step of ``current`` (or, with ``current`` None, the next turn's history)."""
-    generation = current_generation(session)
-    tools: list[dict[str, Any]] = json.loads(generation.tools_json)
-    messages, turn_user_index = request_messages(session, generation=generation, current=current)
-    if extra_user is not None:
-        messages.append({"role": "user", "content": extra_user})
-    head = (
-        '{"model":'
-        + dumps(model_name)
-        + ',"stream":true,"stream_options":{"include_usage":true}'
-        + (',"tools":' + dumps(tools) if tools else "")
-        + ',"messages":['
-    )
-    parts: list[bytes] = [head.encode()]
-    offsets: list[int] = []
-    size = len(parts[0])
-    for index, message in enumerate(messages):
-        encoded = (("," if index else "") + dumps(message)).encode()
-        offsets.append(size + (1 if index else 0))
-        parts.append(encoded)
-        size += len(encoded)
-    parts.append(b"]}")
-    return BuiltRequest(
-        body=b"".join(parts),
-        messages=messages,
-        tools=tools,
-        message_offsets=offsets,
-        turn_user_index=turn_user_index,
-        generation_number=generation.number,
+    """The request for the next step of ``current`` (or, with ``current`` None, the next turn's history),
+    read whole from the store."""
+    return RequestBuilder(session, model_name=model_name, current=current).build(extra_user=extra_user)
+
+
+@dataclass(frozen=True)
+class PreviousRequest:
+    """What the next request is compared with: the last request's bytes and turn, and what happened since."""
+
+    body: bytes
+    turn_number: int | None
+    pending: tuple[PendingBreak, ...]
+
+
+def pending_breaks(session: ChatSession) -> tuple[PendingBreak, ...]:
+    """What happened since the session's last request that lets the next one share less of it."""
+    pending = ChatSession.objects.filter(pk=session.pk).values_list("pending_breaks", flat=True).get()
+    return tuple(pending or ())
+
+
+def previous_request(session: ChatSession) -> PreviousRequest:
+    """The session's last request as stored, with the breaks recorded since (read once per action)."""
+    last = LastRequest.objects.filter(session_id=session.pk).first()
+    return PreviousRequest(
+        body=bytes(last.body) if last is not None else b"",
+        turn_number=last.turn_number if last is not None else None,
+        pending=pending_breaks(session),
     )

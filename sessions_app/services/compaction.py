@@ -10,6 +10,7 @@ from sessions_app.hygiene import TableRead, compaction_table
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import BreakCause, ChatSession, Generation, Result, ResultKind, Turn, TurnStatus
 from sessions_app.selectors.sessions import history_turns
+from sessions_app.services.revisions import revision_next
 from sessions_app.services.sessions import generation_create
 
 
@@ -60,4 +61,6 @@ def compaction_apply(*, session: ChatSession, summary: str, config: ContextConfi
     session.generation_number = number
     session.pending_breaks = [*session.pending_breaks, {"cause": BreakCause.COMPACTION}]
     session.save(update_fields=["generation_number", "pending_breaks", "updated_at"])
+    generation.revision = revision_next(session.pk)
+    generation.save(update_fields=["revision"])
     return generation

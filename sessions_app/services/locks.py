@@ -1,4 +1,8 @@
-"""The session's reply lock: a Postgres advisory lock, so one reply, undo or compaction runs at a time."""
+"""The session's reply lock: a Postgres advisory lock, so one reply, undo or compaction runs at a time.
+
+It is the one truth of "a reply is running": some process holds the session's lock. Whoever takes it
+first marks interrupted the open turns a dead process left, so a page never has to.
+"""
 
 from __future__ import annotations
 
@@ -39,12 +43,26 @@ def reply_lock(session: ChatSession) -> Iterator[None]:
         _unlock(session.pk)
 
 
+_HELD = """
+SELECT objid FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND classid = %s AND objsubid = 2
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND objid = ANY(%s)
+"""
+
+
+def sessions_running(session_ids: list[int]) -> set[int]:
+    """Which of the sessions some process is replying in right now; a read that takes no lock."""
+    if not session_ids:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(_HELD, [LOCK_NAMESPACE, session_ids])
+        return {int(row[0]) for row in cursor.fetchall()}
+
+
 def reply_running(session: ChatSession) -> bool:
     """Whether some process holds the session's reply lock right now."""
-    if _try_lock(session.pk):
-        _unlock(session.pk)
-        return False
-    return True
+    return session.pk in sessions_running([session.pk])
 
 
 def orphans_interrupt() -> int:

@@ -11,8 +11,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_app.models import BreakCause, ChatSession, ModelRequest, RequestStatus, Turn
-from sessions_app.selectors.requests import BuiltRequest
+from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, Turn
+from sessions_app.selectors.requests import BuiltRequest, PreviousRequest
+from sessions_app.types import PendingBreak
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class PrefixVerdict:
     cause: str
 
 
-def _break_boundary(pending: dict[str, Any], built: BuiltRequest) -> int:
+def _break_boundary(pending: PendingBreak, built: BuiltRequest) -> int:
     """The byte offset up to which a request must still match the one before, given what happened."""
     cause = pending["cause"]
     if cause == BreakCause.MODEL_CHANGE:
@@ -52,7 +53,7 @@ def _break_boundary(pending: dict[str, Any], built: BuiltRequest) -> int:
 
 
 def prefix_verdict(
-    *, previous: bytes, built: BuiltRequest, previous_turn: int | None, pending: list[dict[str, Any]]
+    *, previous: bytes, built: BuiltRequest, previous_turn: int | None, pending: list[PendingBreak]
 ) -> PrefixVerdict:
     """Say whether ``built`` continues ``previous`` and, where it does not, whether the break is allowed."""
     shared = shared_prefix_bytes(previous, built.body)
@@ -83,15 +84,15 @@ def request_record_start(
     built: BuiltRequest,
     endpoint_url: str,
     model_name: str,
-) -> ModelRequest:
-    """Write the request's row before it is sent, with its prefix verdict; the session remembers its bytes."""
-    session = ChatSession.objects.select_for_update(no_key=True).get(pk=session.pk)
-    last = ModelRequest.objects.filter(session=session).order_by("-id").first()
+    previous: PreviousRequest,
+) -> tuple[ModelRequest, PreviousRequest]:
+    """Write the request's row before it is sent, with its prefix verdict against ``previous``; the
+    request becomes what the next one is compared with."""
     verdict = prefix_verdict(
-        previous=bytes(session.last_request_body),
+        previous=previous.body,
         built=built,
-        previous_turn=last.turn.number if last is not None and last.turn is not None else None,
-        pending=list(session.pending_breaks),
+        previous_turn=previous.turn_number,
+        pending=list(previous.pending),
     )
     if verdict.cause == BreakCause.UNEXPECTED:
         log = logger.error if settings.DEBUG else logger.warning
@@ -114,10 +115,11 @@ def request_record_start(
         expected_shared_bytes=verdict.expected_shared_bytes,
         break_cause=verdict.cause,
     )
-    session.last_request_body = built.body
-    session.pending_breaks = []
-    session.save(update_fields=["last_request_body", "pending_breaks", "updated_at"])
-    return request
+    turn_number = turn.number if turn is not None else None
+    LastRequest.objects.update_or_create(session=session, defaults={"body": built.body, "turn_number": turn_number})
+    if previous.pending:
+        ChatSession.objects.filter(pk=session.pk).update(pending_breaks=[])
+    return request, PreviousRequest(body=built.body, turn_number=turn_number, pending=())
 
 
 @transaction.atomic

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from sessions_app import prompts
 from sessions_app.hygiene import PriorResult, Rendered, args_key, render_result
@@ -35,6 +36,19 @@ def reply_table(turn: Turn) -> list[PriorResult]:
     return [prior_result(result) for result in Result.objects.filter(turn=turn).order_by("number")]
 
 
+def _next_number(session_id: int) -> tuple[int, int]:
+    table = connection.ops.quote_name(ChatSession._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET next_result_number = next_result_number + 1, revision = revision + 1, "
+            "updated_at = now() WHERE id = %s RETURNING next_result_number - 1, revision",
+            [session_id],
+        )
+        row = cursor.fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
 @transaction.atomic
 def result_insert(
     *,
@@ -45,18 +59,21 @@ def result_insert(
     arguments: object,
     arguments_raw: str,
     outcome: Outcome,
+    table: Sequence[PriorResult] | None = None,
     config: ContextConfig | None = None,
 ) -> Result:
-    """Give the outcome the session's next id under the session row's lock and store it in full."""
-    session = ChatSession.objects.select_for_update(no_key=True).get(pk=turn.session_id)
-    number = session.next_result_number
+    """Give the outcome the session's next id under the session row's lock and store it in full.
+
+    ``table`` is the dedupe table, the results of this reply so far (read from the store when not given).
+    """
+    number, revision = _next_number(turn.session_id)
     key = args_key(arguments)
     rendered: Rendered = render_result(
         number=number,
         tool=tool,
         args_key=key,
         outcome=outcome,
-        table=reply_table(turn),
+        table=list(table) if table is not None else reply_table(turn),
         config=config or prompts.rules_config(),
     )
     fields: dict[str, object] = {}
@@ -76,7 +93,7 @@ def result_insert(
             "abs_path": outcome.changes[0].abs_path if len(outcome.changes) == 1 else "",
         }
     result = Result.objects.create(
-        session=session,
+        session_id=turn.session_id,
         number=number,
         turn=turn,
         step=step,
@@ -94,6 +111,6 @@ def result_insert(
         stale=list(rendered.stale),
         **fields,
     )
-    session.next_result_number = number + 1
-    session.save(update_fields=["next_result_number", "updated_at"])
+    turn.revision = revision
+    Turn.objects.filter(pk=turn.pk).update(revision=revision)
     return result

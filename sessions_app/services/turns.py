@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
 from django.utils import timezone
 
@@ -11,15 +9,18 @@ from sessions_app import prompts
 from sessions_app.errors import ReplyInProgress
 from sessions_app.hygiene import StatedContext, compose_message
 from sessions_app.hygiene.config import ContextConfig
-from sessions_app.models import ChatSession, Generation, Step, Turn, TurnStatus
+from sessions_app.models import ChatSession, Generation, Step, StepDraft, Turn, TurnStatus
 from sessions_app.selectors.sessions import history_turns
+from sessions_app.selectors.turns import turn_draft_text, turn_reply_text
+from sessions_app.services.revisions import revision_next
 from sessions_app.text import pg_safe
+from sessions_app.types import StoredCall
 
 
 def stated_context(session: ChatSession, *, generation: Generation) -> StatedContext:
     """What the request being built last stated: the date, the mode and the workspace instructions."""
     stated = StatedContext(date=None, mode=generation.mode, instructions=None)
-    for turn in history_turns(session, generation=generation):
+    for turn in history_turns(session, generation=generation).only("note_date", "note_mode", "note_instructions"):
         stated = StatedContext(
             date=turn.note_date or stated.date,
             mode=turn.note_mode or stated.mode,
@@ -29,7 +30,10 @@ def stated_context(session: ChatSession, *, generation: Generation) -> StatedCon
 
 
 def _locked(session: ChatSession) -> ChatSession:
-    return ChatSession.objects.select_for_update(no_key=True).get(pk=session.pk)
+    locked = ChatSession.objects.select_for_update(no_key=True).get(pk=session.pk)
+    if Turn.objects.filter(session=locked, status=TurnStatus.OPEN).exists():
+        raise ReplyInProgress()
+    return locked
 
 
 def _next_turn_number(session: ChatSession) -> int:
@@ -49,8 +53,7 @@ def turn_start(
 ) -> Turn:
     """Store the person's message, with the note it needs, as a new open turn. One open turn per session."""
     session = _locked(session)
-    if Turn.objects.filter(session=session, status=TurnStatus.OPEN).exists():
-        raise ReplyInProgress()
+    words = pg_safe(words)
     generation = Generation.objects.get(session=session, number=session.generation_number)
     stated = stated_context(session, generation=generation)
     composed = compose_message(
@@ -62,32 +65,33 @@ def turn_start(
         stated=stated,
         config=config or prompts.rules_config(),
     )
-    turn = Turn.objects.create(
+    if not session.title:
+        session.title = " ".join(words.split())[:80]
+    number = _next_turn_number(session)
+    session.save(update_fields=["next_turn_number", "title", "updated_at"])
+    return Turn.objects.create(
         session=session,
-        number=_next_turn_number(session),
+        number=number,
         generation=generation,
-        words=pg_safe(words),
+        words=words,
         message=pg_safe(composed.text),
         note_date=composed.date_noted or "",
         note_mode=composed.mode_noted or "",
         note_instructions=composed.instructions_noted,
         mode=session.mode,
+        revision=revision_next(session.pk),
     )
-    if not session.title:
-        session.title = " ".join(words.split())[:80]
-    session.save(update_fields=["next_turn_number", "title", "updated_at"])
-    return turn
 
 
 @transaction.atomic
 def turn_restart(*, session: ChatSession, like: Turn) -> Turn:
     """A new open turn carrying ``like``'s stored message as it is (regenerate asks again with it)."""
     session = _locked(session)
-    if Turn.objects.filter(session=session, status=TurnStatus.OPEN).exists():
-        raise ReplyInProgress()
-    turn = Turn.objects.create(
+    number = _next_turn_number(session)
+    session.save(update_fields=["next_turn_number", "updated_at"])
+    return Turn.objects.create(
         session=session,
-        number=_next_turn_number(session),
+        number=number,
         generation_id=Generation.objects.get(session=session, number=session.generation_number).pk,
         words=like.words,
         message=like.message,
@@ -95,75 +99,86 @@ def turn_restart(*, session: ChatSession, like: Turn) -> Turn:
         note_mode=like.note_mode,
         note_instructions=like.note_instructions,
         mode=session.mode,
+        revision=revision_next(session.pk),
     )
-    session.save(update_fields=["next_turn_number", "updated_at"])
-    return turn
+
+
+@transaction.atomic
+def step_draft_save(*, turn: Turn, number: int, text: str, reasoning: str) -> None:
+    """Keep what step ``number`` has streamed so far, so a crash loses at most what came since."""
+    StepDraft.objects.update_or_create(
+        turn=turn, number=number, defaults={"text": pg_safe(text), "reasoning": pg_safe(reasoning)}
+    )
 
 
 @transaction.atomic
 def step_record(
     *,
     turn: Turn,
+    number: int,
     text: str,
     reasoning: str,
-    tool_calls: list[dict[str, Any]],
+    tool_calls: list[StoredCall],
     finish_reason: str | None,
 ) -> Step:
-    """Store one step of a reply as the model sent it; each tool call holds id, name and raw arguments."""
-    number = turn.steps.count() + 1
-    return Step.objects.create(
+    """Store step ``number`` of a reply as the model sent it; its draft goes."""
+    StepDraft.objects.filter(turn=turn, number=number).delete()
+    step = Step.objects.create(
         turn=turn,
         number=number,
         text=pg_safe(text),
         reasoning=pg_safe(reasoning),
         tool_calls=[
-            {"id": pg_safe(c["id"]), "name": pg_safe(c["name"]), "arguments": pg_safe(c["arguments"])}
-            for c in tool_calls
+            StoredCall(id=pg_safe(call["id"]), name=pg_safe(call["name"]), arguments=pg_safe(call["arguments"]))
+            for call in tool_calls
         ],
         finish_reason=finish_reason or "",
     )
+    _touch(turn)
+    return step
+
+
+def _touch(turn: Turn) -> None:
+    turn.revision = revision_next(turn.session_id)
+    Turn.objects.filter(pk=turn.pk).update(revision=turn.revision)
 
 
 @transaction.atomic
-def turn_finish(*, turn: Turn, reply_text: str) -> Turn:
+def turn_finish(*, turn: Turn, unstored: str = "") -> Turn:
+    """The reply is done: its text is its steps' texts (and ``unstored``, a closing line of the loop's own)."""
     turn = Turn.objects.select_for_update(no_key=True).get(pk=turn.pk)
-    turn.reply_text = pg_safe(reply_text)
+    turn.reply_text = pg_safe(turn_reply_text(turn, unstored=unstored))
     turn.status = TurnStatus.DONE
     turn.finished_at = timezone.now()
-    turn.save(update_fields=["reply_text", "status", "finished_at"])
+    turn.revision = revision_next(turn.session_id)
+    turn.save(update_fields=["reply_text", "status", "finished_at", "revision"])
     ChatSession.objects.filter(pk=turn.session_id).update(updated_at=timezone.now())
     return turn
 
 
 @transaction.atomic
-def turn_fail(*, turn: Turn, error: str, reply_text: str = "", interrupted: bool = False) -> Turn:
-    """End a reply that could not finish: its message, steps and results stay stored."""
+def turn_fail(*, turn: Turn, error: str, unstored: str = "", interrupted: bool = False) -> Turn:
+    """End a reply that could not finish: its message, steps and results stay stored, and so does
+    ``unstored``, the text that streamed after the last stored step."""
     turn = Turn.objects.select_for_update(no_key=True).get(pk=turn.pk)
     if turn.status != TurnStatus.OPEN:
         return turn
-    turn.reply_text = pg_safe(reply_text)
+    StepDraft.objects.filter(turn=turn).delete()
+    turn.reply_text = pg_safe(turn_reply_text(turn, unstored=unstored))
     turn.error = pg_safe(error)
     turn.status = TurnStatus.INTERRUPTED if interrupted else TurnStatus.FAILED
     turn.finished_at = timezone.now()
-    turn.save(update_fields=["reply_text", "error", "status", "finished_at"])
+    turn.revision = revision_next(turn.session_id)
+    turn.save(update_fields=["reply_text", "error", "status", "finished_at", "revision"])
     return turn
 
 
 @transaction.atomic
-def turn_request_cancel(*, turn: Turn) -> None:
-    Turn.objects.filter(pk=turn.pk, status=TurnStatus.OPEN).update(cancel_requested=True)
-
-
-@transaction.atomic
 def turns_interrupt_orphans(*, session: ChatSession, reason: str) -> int:
-    """Mark interrupted the open turns nobody is replying to (the caller holds the session's reply lock)."""
+    """Mark interrupted the open turns nobody is replying to (the caller holds the session's reply lock);
+    the text their last step had streamed, as last saved, is kept."""
     count = 0
     for turn in Turn.objects.select_for_update(no_key=True).filter(session=session, status=TurnStatus.OPEN):
-        texts = [step.text for step in turn.steps.order_by("number") if step.text]
-        turn.reply_text = "\n\n".join(texts)
-        turn.error = reason
-        turn.status = TurnStatus.INTERRUPTED
-        turn.finished_at = timezone.now()
-        turn.save(update_fields=["reply_text", "error", "status", "finished_at"])
+        turn_fail(turn=turn, error=reason, unstored=turn_draft_text(turn), interrupted=True)
         count += 1
     return count

@@ -8,6 +8,7 @@ from django.db import transaction
 
 from sessions_app.errors import NothingToTakeBack, ReplyInProgress, TurnNotFound
 from sessions_app.models import BreakCause, ChatSession, Generation, Result, Turn, TurnStatus
+from sessions_app.services.revisions import revision_next
 from sessions_app.services.turns import turn_restart
 
 
@@ -22,15 +23,17 @@ class TakenBack:
 
 def _take_back(session: ChatSession, turns: list[Turn], *, cause: str) -> TakenBack:
     first = min(turn.number for turn in turns)
+    revision = revision_next(session.pk)
     for turn in turns:
         turn.status = TurnStatus.TAKEN_BACK
         turn.taken_back_by = cause
-        turn.save(update_fields=["status", "taken_back_by"])
+        turn.revision = revision
+    Turn.objects.bulk_update(turns, ["status", "taken_back_by", "revision"])
     covering = Generation.objects.filter(session=session, taken_back=False, covers_through_turn__gte=first)
     taken_generations = list(covering.values_list("number", flat=True))
     generation_changed = False
     if taken_generations:
-        covering.update(taken_back=True)
+        covering.update(taken_back=True, revision=revision)
         live = Generation.objects.filter(session=session, taken_back=False).order_by("-number").first()
         assert live is not None
         generation_changed = live.number != session.generation_number
