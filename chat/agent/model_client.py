@@ -9,7 +9,7 @@ Built on httpx rather than the openai SDK, for three reasons:
 - the connect, first-token and between-chunk timeouts are enforced separately.
 
 The HTTP exchange runs in a worker thread that hands raw bytes to the caller's thread through a
-queue; the caller's thread parses the event stream, runs the callbacks, and wakes every few
+queue; the caller's thread parses the event stream, yields the pieces as they come, and wakes every few
 hundredths of a second to check the deadlines and the cancel event, so cancelling or timing
 out never waits on a blocked read. The worker's socket is then shut down, which ends its read
 at once and tells the server the client has gone.
@@ -29,9 +29,9 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -221,19 +221,43 @@ def _int_or_none(value: object) -> int | None:
     return None
 
 
-class StreamAssembler:
-    """Folds parsed chunks of a chat completion stream into a `Completion`."""
+@dataclass(frozen=True)
+class TextPiece:
+    """Text the model generated, as it came."""
 
-    def __init__(
-        self,
-        *,
-        on_text: Callable[[str], None] | None = None,
-        on_reasoning: Callable[[str], None] | None = None,
-        on_tool_call: Callable[[ToolCall], None] | None = None,
-    ) -> None:
-        self.on_text = on_text
-        self.on_reasoning = on_reasoning
-        self.on_tool_call = on_tool_call
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningPiece:
+    """Reasoning the model generated (`reasoning_content`), as it came."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallPiece:
+    """The model began a tool call: its name is known, its arguments are still coming."""
+
+    index: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Idle:
+    """Nothing came for a while; the caller may do what it does between pieces (save what it has)."""
+
+
+StreamPiece = TextPiece | ReasoningPiece | ToolCallPiece | Idle
+IDLE_SECONDS = 0.5
+
+
+class StreamAssembler:
+    """Folds parsed chunks of a chat completion stream into a `Completion`; `pieces` holds what each
+    chunk added, for the caller to take."""
+
+    def __init__(self) -> None:
+        self.pieces: list[StreamPiece] = []
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.calls: dict[int, ToolCall] = {}
@@ -284,16 +308,14 @@ class StreamAssembler:
         if isinstance(content, str) and content:
             self.text.append(content)
             produced = True
-            if self.on_text:
-                self.on_text(content)
+            self.pieces.append(TextPiece(content))
         reasoning = delta.get("reasoning_content")
         if not isinstance(reasoning, str) or not reasoning:
             reasoning = delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             self.reasoning.append(reasoning)
             produced = True
-            if self.on_reasoning:
-                self.on_reasoning(reasoning)
+            self.pieces.append(ReasoningPiece(reasoning))
         calls = delta.get("tool_calls")
         if isinstance(calls, list) and calls:
             for position, fragment in enumerate(calls):
@@ -327,8 +349,7 @@ class StreamAssembler:
         call.arguments += arguments
         if name and not call.name:
             call.name = name
-            if self.on_tool_call:
-                self.on_tool_call(call)
+            self.pieces.append(ToolCallPiece(call.index, name))
 
     def _index_without_index(self, position: int, call_id: str, name: str) -> int:
         if call_id:
@@ -339,6 +360,11 @@ class StreamAssembler:
             taken = max(self.calls, default=-1)
             return position if position > taken else taken + 1
         return max(self.calls)
+
+    def take_pieces(self) -> list[StreamPiece]:
+        """The pieces added since the last call."""
+        pieces, self.pieces = self.pieces, []
+        return pieces
 
     def completion(self, *, time_to_first_token: float | None, total_time: float) -> Completion:
         """The answer as assembled so far."""
@@ -541,180 +567,208 @@ def _headers(api_key: str | None, accept: str) -> dict[str, str]:
     return headers
 
 
-def stream_chat(
-    *,
-    base_url: str,
-    api_key: str | None,
-    body: bytes,
-    timeouts: Timeouts,
-    on_text: Callable[[str], None] | None = None,
-    on_reasoning: Callable[[str], None] | None = None,
-    on_tool_call: Callable[[ToolCall], None] | None = None,
-    cancel: threading.Event | None = None,
-    client: httpx.Client | None = None,
-) -> Completion:
-    """POST `body` unchanged to `{base_url}/chat/completions` and assemble the streamed answer.
+class ModelStream:
+    """One streamed answer of the model: iterate it for the pieces as they come; once the iteration ends,
+    `completion` is the whole answer. A failure raises a `ModelError` subclass from the iteration; cut,
+    timed-out and cancelled streams carry what arrived as `.partial`.
 
-    Raises a `ModelError` subclass on failure; cut, timed-out and cancelled streams carry
-    what arrived as `.partial`.
+    The request is sent when the iteration starts, as the exact bytes given.
     """
-    url = base_url.rstrip("/") + "/chat/completions"
-    headers = _headers(api_key, "text/event-stream")
-    headers["Content-Type"] = "application/json"
-    headers["Accept-Encoding"] = "identity"
-    read_limit = max(timeouts.first_token, timeouts.between_chunks) + 5.0
-    exchange = _Exchange(
-        url=url,
-        body=body,
-        headers=headers,
-        timeout=httpx.Timeout(
-            connect=timeouts.connect, read=read_limit, write=timeouts.between_chunks, pool=timeouts.connect
-        ),
-        client=client,
-    )
-    assembler = StreamAssembler(on_text=on_text, on_reasoning=on_reasoning, on_tool_call=on_tool_call)
-    decoder = SSEDecoder()
-    started = time.monotonic()
-    first_token_at: float | None = None
-    last_bytes_at = started
-    head: _Head | None = None
 
-    def partial() -> Completion:
-        ttft = None if first_token_at is None else first_token_at - started
-        return assembler.completion(time_to_first_token=ttft, total_time=time.monotonic() - started)
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str | None,
+        body: bytes,
+        timeouts: Timeouts,
+        cancel: threading.Event | None = None,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.api_key = api_key
+        self.body = body
+        self.timeouts = timeouts
+        self.cancel = cancel
+        self.client = client
+        self.completion: Completion | None = None
 
-    def timed_out() -> ModelTimeout:
-        if first_token_at is None:
-            seconds = timeouts.first_token
-            message = f"The model server at {url} sent no first token within {seconds:g} s."
-            return ModelTimeout(message, url=url, which="first_token", seconds=seconds, partial=partial())
-        seconds = timeouts.between_chunks
-        message = f"The model server at {url} went silent for {seconds:g} s in the middle of its answer."
-        return ModelTimeout(message, url=url, which="between_chunks", seconds=seconds, partial=partial())
+    def complete(self) -> Completion:
+        """Read the whole answer, dropping the pieces."""
+        for _ in self:
+            pass
+        assert self.completion is not None
+        return self.completion
 
-    def cut(detail: str) -> ModelStreamCut:
-        got = partial()
-        received = f"{len(got.text)} characters of text"
-        if got.tool_calls:
-            received += f", {len(got.tool_calls)} tool call(s)"
-        message = f"The model server at {url} closed the stream before the answer was finished "
-        message += f"({received} received; {detail})." if detail else f"({received} received)."
-        return ModelStreamCut(message, url=url, partial=got)
-
-    def protocol(detail: str) -> ModelProtocolError:
-        return ModelProtocolError(
-            f"The model server at {url} sent a malformed event stream: {detail}", url=url, partial=partial()
+    def __iter__(self) -> Iterator[StreamPiece]:
+        url, timeouts, cancel = self.url, self.timeouts, self.cancel
+        headers = _headers(self.api_key, "text/event-stream")
+        headers["Content-Type"] = "application/json"
+        headers["Accept-Encoding"] = "identity"
+        read_limit = max(timeouts.first_token, timeouts.between_chunks) + 5.0
+        exchange = _Exchange(
+            url=url,
+            body=self.body,
+            headers=headers,
+            timeout=httpx.Timeout(
+                connect=timeouts.connect, read=read_limit, write=timeouts.between_chunks, pool=timeouts.connect
+            ),
+            client=self.client,
         )
+        assembler = StreamAssembler()
+        decoder = SSEDecoder()
+        started = time.monotonic()
+        first_token_at: float | None = None
+        last_bytes_at = last_yield_at = started
+        head: _Head | None = None
 
-    def handle(events: list[SSEEvent]) -> bool:
-        nonlocal first_token_at
-        for event in events:
-            data = event.data.strip()
-            if data == "[DONE]":
-                return True
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                raise protocol(f"data is not JSON: {_one_line(data, 80)}") from None
-            if not isinstance(chunk, dict):
-                raise protocol(f"data is not a JSON object: {_one_line(data, 80)}")
-            error = chunk.get("error")
-            if event.event == "error" or (error is not None and "choices" not in chunk):
-                status = _int_or_none(error.get("code")) if isinstance(error, dict) else None
-                excerpt = _error_excerpt(data.encode())
-                raise ModelHTTPError(
-                    f"The model server at {url} reported an error mid-stream: {excerpt}",
-                    url=url,
-                    status=status or 200,
-                    excerpt=excerpt,
-                    partial=partial(),
-                )
-            if assembler.add(chunk) and first_token_at is None:
-                first_token_at = time.monotonic()
-        return False
+        def partial() -> Completion:
+            ttft = None if first_token_at is None else first_token_at - started
+            return assembler.completion(time_to_first_token=ttft, total_time=time.monotonic() - started)
 
-    worker = threading.Thread(target=exchange.run, name="model-stream", daemon=True)
-    worker.start()
-    finished = False
-    try:
-        while True:
-            if cancel is not None and cancel.is_set():
-                raise ModelCancelled(f"The request to {url} was cancelled.", url=url, partial=partial())
-            now = time.monotonic()
+        def timed_out() -> ModelTimeout:
             if first_token_at is None:
-                deadline = started + timeouts.first_token
-            else:
-                deadline = last_bytes_at + timeouts.between_chunks
-            if now >= deadline:
-                raise timed_out()
-            try:
-                item = exchange.items.get(timeout=min(POLL_SECONDS, deadline - now))
-            except queue.Empty:
-                continue
-            if isinstance(item, bytes):
-                last_bytes_at = time.monotonic()
+                seconds = timeouts.first_token
+                message = f"The model server at {url} sent no first token within {seconds:g} s."
+                return ModelTimeout(message, url=url, which="first_token", seconds=seconds, partial=partial())
+            seconds = timeouts.between_chunks
+            message = f"The model server at {url} went silent for {seconds:g} s in the middle of its answer."
+            return ModelTimeout(message, url=url, which="between_chunks", seconds=seconds, partial=partial())
+
+        def cut(detail: str) -> ModelStreamCut:
+            got = partial()
+            received = f"{len(got.text)} characters of text"
+            if got.tool_calls:
+                received += f", {len(got.tool_calls)} tool call(s)"
+            message = f"The model server at {url} closed the stream before the answer was finished "
+            message += f"({received} received; {detail})." if detail else f"({received} received)."
+            return ModelStreamCut(message, url=url, partial=got)
+
+        def protocol(detail: str) -> ModelProtocolError:
+            return ModelProtocolError(
+                f"The model server at {url} sent a malformed event stream: {detail}", url=url, partial=partial()
+            )
+
+        def handle(events: list[SSEEvent]) -> bool:
+            nonlocal first_token_at
+            for event in events:
+                data = event.data.strip()
+                if data == "[DONE]":
+                    return True
                 try:
-                    events = decoder.feed(item)
-                except UnicodeDecodeError:
-                    raise protocol("the body is not valid UTF-8") from None
-                if handle(events):
-                    finished = True
-                    return partial()
-            elif isinstance(item, _Head):
-                head = item
-                if item.status != 200:
-                    excerpt = _error_excerpt(item.body)
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise protocol(f"data is not JSON: {_one_line(data, 80)}") from None
+                if not isinstance(chunk, dict):
+                    raise protocol(f"data is not a JSON object: {_one_line(data, 80)}")
+                error = chunk.get("error")
+                if event.event == "error" or (error is not None and "choices" not in chunk):
+                    status = _int_or_none(error.get("code")) if isinstance(error, dict) else None
+                    excerpt = _error_excerpt(data.encode())
                     raise ModelHTTPError(
-                        f"The model server at {url} answered HTTP {item.status}: {excerpt}",
+                        f"The model server at {url} reported an error mid-stream: {excerpt}",
                         url=url,
-                        status=item.status,
+                        status=status or 200,
                         excerpt=excerpt,
+                        partial=partial(),
                     )
-                if not _is_event_stream(item.content_type):
-                    excerpt = _one_line(item.body.decode("utf-8", errors="replace"), 120)
-                    raise ModelProtocolError(
-                        f"The model server at {url} answered {item.content_type or 'no content type'} "
-                        f"instead of an event stream: {excerpt or '(empty body)'}",
-                        url=url,
-                    )
-            elif isinstance(item, _Eof):
+                if assembler.add(chunk) and first_token_at is None:
+                    first_token_at = time.monotonic()
+            return False
+
+        worker = threading.Thread(target=exchange.run, name="model-stream", daemon=True)
+        worker.start()
+        finished = False
+        try:
+            while True:
+                if cancel is not None and cancel.is_set():
+                    raise ModelCancelled(f"The request to {url} was cancelled.", url=url, partial=partial())
+                now = time.monotonic()
+                if first_token_at is None:
+                    deadline = started + timeouts.first_token
+                else:
+                    deadline = last_bytes_at + timeouts.between_chunks
+                if now >= deadline:
+                    raise timed_out()
                 try:
-                    done = handle(decoder.close())
-                except UnicodeDecodeError:
-                    raise protocol("the body is not valid UTF-8") from None
-                finished = True
-                if done or assembler.finish_reason is not None:
-                    return partial()
-                raise cut("")
-            else:
-                error = item.error
-                if isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout)):
-                    raise ModelUnavailable(
-                        f"Cannot reach the model server at {url}: {_describe(error)}.", url=url
-                    ) from error
-                if isinstance(error, httpx.TimeoutException) and item.after_head:
-                    raise timed_out() from error
-                if head is None:
-                    if isinstance(error, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+                    item = exchange.items.get(timeout=min(POLL_SECONDS, deadline - now))
+                except queue.Empty:
+                    if now - last_yield_at >= IDLE_SECONDS:
+                        last_yield_at = now
+                        yield Idle()
+                    continue
+                if isinstance(item, bytes):
+                    last_bytes_at = time.monotonic()
+                    try:
+                        events = decoder.feed(item)
+                    except UnicodeDecodeError:
+                        raise protocol("the body is not valid UTF-8") from None
+                    done = handle(events)
+                    pieces = assembler.take_pieces()
+                    if pieces:
+                        last_yield_at = time.monotonic()
+                        yield from pieces
+                    if done:
+                        finished = True
+                        self.completion = partial()
+                        return
+                elif isinstance(item, _Head):
+                    head = item
+                    if item.status != 200:
+                        excerpt = _error_excerpt(item.body)
+                        raise ModelHTTPError(
+                            f"The model server at {url} answered HTTP {item.status}: {excerpt}",
+                            url=url,
+                            status=item.status,
+                            excerpt=excerpt,
+                        )
+                    if not _is_event_stream(item.content_type):
+                        excerpt = _one_line(item.body.decode("utf-8", errors="replace"), 120)
+                        raise ModelProtocolError(
+                            f"The model server at {url} answered {item.content_type or 'no content type'} "
+                            f"instead of an event stream: {excerpt or '(empty body)'}",
+                            url=url,
+                        )
+                elif isinstance(item, _Eof):
+                    try:
+                        done = handle(decoder.close())
+                    except UnicodeDecodeError:
+                        raise protocol("the body is not valid UTF-8") from None
+                    yield from assembler.take_pieces()
+                    finished = True
+                    if done or assembler.finish_reason is not None:
+                        self.completion = partial()
+                        return
+                    raise cut("")
+                else:
+                    error = item.error
+                    if isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout)):
                         raise ModelUnavailable(
-                            f"The model server at {url} closed the connection without answering.", url=url
+                            f"Cannot reach the model server at {url}: {_describe(error)}.", url=url
                         ) from error
-                    if isinstance(error, httpx.TimeoutException):
+                    if isinstance(error, httpx.TimeoutException) and item.after_head:
                         raise timed_out() from error
-                    raise ModelUnavailable(
-                        f"Cannot talk to the model server at {url}: {_describe(error)}.", url=url
+                    if head is None:
+                        if isinstance(error, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+                            raise ModelUnavailable(
+                                f"The model server at {url} closed the connection without answering.", url=url
+                            ) from error
+                        if isinstance(error, httpx.TimeoutException):
+                            raise timed_out() from error
+                        raise ModelUnavailable(
+                            f"Cannot talk to the model server at {url}: {_describe(error)}.", url=url
+                        ) from error
+                    if isinstance(error, (httpx.RemoteProtocolError, httpx.ReadError)):
+                        raise cut(_describe(error)) from error
+                    raise ModelProtocolError(
+                        f"The model server at {url} broke the exchange: {_describe(error)}",
+                        url=url,
+                        partial=partial(),
                     ) from error
-                if isinstance(error, (httpx.RemoteProtocolError, httpx.ReadError)):
-                    raise cut(_describe(error)) from error
-                raise ModelProtocolError(
-                    f"The model server at {url} broke the exchange: {_describe(error)}",
-                    url=url,
-                    partial=partial(),
-                ) from error
-    finally:
-        exchange.abort(hard=not finished)
-        if not finished:
-            worker.join(timeout=0.2)
+        finally:
+            exchange.abort(hard=not finished)
+            if not finished:
+                worker.join(timeout=0.2)
 
 
 def list_models(*, base_url: str, api_key: str | None, timeout: float = 5.0) -> list[str]:
@@ -761,3 +815,51 @@ def list_models(*, base_url: str, api_key: str | None, timeout: float = 5.0) -> 
             return ids
     excerpt = _one_line(response.text, 120)
     raise ModelProtocolError(f"The model server at {url} answered JSON without a model list: {excerpt}", url=url)
+
+
+def stream_chat(
+    *,
+    base_url: str,
+    api_key: str | None,
+    body: bytes,
+    timeouts: Timeouts,
+    cancel: threading.Event | None = None,
+    client: httpx.Client | None = None,
+) -> ModelStream:
+    """The answer to ``body`` POSTed unchanged to ``{base_url}/chat/completions``, to iterate."""
+    return ModelStream(base_url=base_url, api_key=api_key, body=body, timeouts=timeouts, cancel=cancel, client=client)
+
+
+class Answer(Protocol):
+    """A model's streamed answer: its pieces as they come, then the whole of it."""
+
+    completion: Completion | None
+
+    def __iter__(self) -> Iterator[StreamPiece]: ...
+
+
+class Model(Protocol):
+    """What the reply loop asks: a server over HTTP, or a scripted stand-in."""
+
+    @property
+    def url(self) -> str: ...
+
+    def stream(self, body: bytes, *, cancel: threading.Event) -> Answer: ...
+
+
+@dataclass(frozen=True)
+class HttpModel:
+    """A model behind an OpenAI-compatible server, asked over HTTP."""
+
+    base_url: str
+    api_key: str | None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+
+    @property
+    def url(self) -> str:
+        return self.base_url
+
+    def stream(self, body: bytes, *, cancel: threading.Event) -> ModelStream:
+        return stream_chat(
+            base_url=self.base_url, api_key=self.api_key, body=body, timeouts=self.timeouts, cancel=cancel
+        )

@@ -62,3 +62,11 @@ def mock_client(
 
 def bytewise(data: bytes) -> list[bytes]:
     return [data[i : i + 1] for i in range(len(data))]
+
+
+def collect(stream: Any) -> tuple[Any, list[Any]]:
+    """Iterate a model stream to its end: its completion, and the pieces it yielded (idle ticks left out)."""
+    from chat.agent.model_client import Idle
+
+    pieces = [piece for piece in stream if not isinstance(piece, Idle)]
+    return stream.completion, pieces

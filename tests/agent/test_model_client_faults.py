@@ -17,6 +17,7 @@ from chat.agent.model_client import (
     ModelStreamCut,
     ModelTimeout,
     ModelUnavailable,
+    TextPiece,
     Timeouts,
     stream_chat,
 )
@@ -27,14 +28,17 @@ FAST = Timeouts(connect=2.0, first_token=10.0, between_chunks=10.0)
 TEXT = "This answer will not arrive in one piece, sadly."
 
 
-def ask(server: ScriptedServer, timeouts: Timeouts = FAST, **kwargs: object) -> None:
-    stream_chat(
+def ask(server: ScriptedServer, timeouts: Timeouts = FAST, *, seen: list[str] | None = None, **kwargs: object) -> None:
+    stream = stream_chat(
         base_url=server.base_url,
         api_key=None,
         body=chat_body(first_turn()),
         timeouts=timeouts,
         **kwargs,  # type: ignore[arg-type]
     )
+    for piece in stream:
+        if seen is not None and isinstance(piece, TextPiece):
+            seen.append(piece.text)
 
 
 def url_of(server: ScriptedServer) -> str:
@@ -110,7 +114,7 @@ def test_closed_port_is_unavailable() -> None:
     with ScriptedServer() as gone:
         url = gone.base_url
     with pytest.raises(ModelUnavailable) as caught:
-        stream_chat(base_url=url, api_key=None, body=b"{}", timeouts=FAST)
+        stream_chat(base_url=url, api_key=None, body=b"{}", timeouts=FAST).complete()
     assert one_line(caught.value) == f"Cannot reach the model server at {url}/chat/completions: connection refused."
 
 
@@ -120,7 +124,9 @@ def test_connect_timeout_is_unavailable() -> None:
 
     client = httpx.Client(transport=httpx.MockTransport(handler))
     with pytest.raises(ModelUnavailable, match="connection timed out"):
-        stream_chat(base_url="http://model.lan:8080/v1", api_key=None, body=b"{}", timeouts=FAST, client=client)
+        stream_chat(
+            base_url="http://model.lan:8080/v1", api_key=None, body=b"{}", timeouts=FAST, client=client
+        ).complete()
 
 
 def test_unknown_host_is_unavailable() -> None:
@@ -132,7 +138,9 @@ def test_unknown_host_is_unavailable() -> None:
 
     client = httpx.Client(transport=httpx.MockTransport(handler))
     with pytest.raises(ModelUnavailable) as caught:
-        stream_chat(base_url="http://model.lan:8080/v1", api_key=None, body=b"{}", timeouts=FAST, client=client)
+        stream_chat(
+            base_url="http://model.lan:8080/v1", api_key=None, body=b"{}", timeouts=FAST, client=client
+        ).complete()
     assert str(caught.value) == (
         "Cannot reach the model server at http://model.lan:8080/v1/chat/completions: host name not found."
     )
@@ -201,7 +209,7 @@ def test_cancel_mid_answer_keeps_partial_text(server: ScriptedServer) -> None:
     cancel, fired = cancel_after(0.5)
     seen: list[str] = []
     with pytest.raises(ModelCancelled) as caught:
-        ask(server, Timeouts(), cancel=cancel, on_text=seen.append)
+        ask(server, Timeouts(), cancel=cancel, seen=seen)
     assert time.monotonic() - fired[0] < 0.5
     assert caught.value.partial is not None
     assert caught.value.partial.text == "".join(seen)
@@ -235,7 +243,7 @@ def test_cancel_while_the_server_holds_back_its_headers() -> None:
                 timeouts=Timeouts(),
                 cancel=cancel,
                 client=client,
-            )
+            ).complete()
         assert time.monotonic() - fired[0] < 0.5
     finally:
         release.set()
@@ -244,7 +252,7 @@ def test_cancel_while_the_server_holds_back_its_headers() -> None:
 def test_http_error_with_plain_text_body() -> None:
     client = mock_client([b"upstream   connect\n error"], status=502, content_type="text/plain")
     with pytest.raises(ModelHTTPError) as caught:
-        stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client)
+        stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client).complete()
     assert caught.value.status == 502
     assert (
         str(caught.value)
@@ -255,5 +263,5 @@ def test_http_error_with_plain_text_body() -> None:
 def test_http_error_excerpt_is_short() -> None:
     client = mock_client([b"x" * 5000], status=503, content_type="text/plain")
     with pytest.raises(ModelHTTPError) as caught:
-        stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client)
+        stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client).complete()
     assert len(caught.value.excerpt) <= 300

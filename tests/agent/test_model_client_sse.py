@@ -16,6 +16,7 @@ from chat.agent.model_client import (
     StreamAssembler,
     Timeouts,
     ToolCall,
+    ToolCallPiece,
     stream_chat,
 )
 from tests.agent.mc_helpers import bytewise, delta_chunk, mock_client, sse
@@ -66,8 +67,7 @@ def test_invalid_utf8_raises() -> None:
 
 
 def test_ollama_whole_calls_without_index() -> None:
-    announced: list[str] = []
-    assembler = StreamAssembler(on_tool_call=lambda call: announced.append(call.name))
+    assembler = StreamAssembler()
     calls = [
         {"id": "call_a", "function": {"name": "read", "arguments": {"path": "a.py"}}},
         {"id": "call_b", "function": {"name": "grep", "arguments": '{"pattern": "x"}'}},
@@ -81,7 +81,11 @@ def test_ollama_whole_calls_without_index() -> None:
         ToolCall(1, "call_b", "grep", '{"pattern": "x"}'),
         ToolCall(2, "call_c", "list", "{}"),
     ]
-    assert announced == ["read", "grep", "list"]
+    assert [piece.name for piece in assembler.take_pieces() if isinstance(piece, ToolCallPiece)] == [
+        "read",
+        "grep",
+        "list",
+    ]
     assert done.finish_reason == "tool_calls"
 
 
@@ -193,7 +197,7 @@ LLAMA_STREAM = sse(
 
 def test_stream_fed_byte_by_byte() -> None:
     client = mock_client([b": hello\r\n\r\n", *bytewise(LLAMA_STREAM)])
-    done = stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client)
+    done = stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client).complete()
     assert done.text == "Hello ✓"
     assert done.reasoning == "hm"
     assert done.tool_calls == [ToolCall(0, "c", "read", '{"path": "x"}')]
@@ -206,7 +210,7 @@ def test_request_headers_and_exact_body() -> None:
     seen: list[httpx.Request] = []
     client = mock_client([LLAMA_STREAM], seen=seen)
     body = b'{"b": 1,   "a": [2]}'
-    stream_chat(base_url="http://m:1/v1/", api_key="sk-1", body=body, timeouts=FAST, client=client)
+    stream_chat(base_url="http://m:1/v1/", api_key="sk-1", body=body, timeouts=FAST, client=client).complete()
     (request,) = seen
     assert str(request.url) == "http://m:1/v1/chat/completions"
     assert request.method == "POST"
@@ -223,27 +227,33 @@ def test_no_authorization_without_key() -> None:
         body=b"{}",
         timeouts=FAST,
         client=mock_client([LLAMA_STREAM], seen=seen),
-    )
+    ).complete()
     assert "authorization" not in seen[0].headers
 
 
 def test_end_after_finish_without_done_is_complete() -> None:
     body = sse(delta_chunk({"content": "ok"}), delta_chunk({}, finish_reason="stop"))
-    done = stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=mock_client([body]))
+    done = stream_chat(
+        base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=mock_client([body])
+    ).complete()
     assert (done.text, done.finish_reason) == ("ok", "stop")
 
 
 def test_end_before_finish_is_a_cut() -> None:
     body = sse(delta_chunk({"content": "par"}), delta_chunk({"content": "tial"}))
     with pytest.raises(ModelStreamCut) as caught:
-        stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=mock_client([body]))
+        stream_chat(
+            base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=mock_client([body])
+        ).complete()
     assert caught.value.partial is not None and caught.value.partial.text == "partial"
 
 
 def test_error_object_mid_stream() -> None:
     body = sse(delta_chunk({"content": "a"}), {"error": {"code": 500, "message": "context overflow", "type": "x"}})
     with pytest.raises(ModelHTTPError) as caught:
-        stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=mock_client([body]))
+        stream_chat(
+            base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=mock_client([body])
+        ).complete()
     assert caught.value.status == 500
     assert "reported an error mid-stream: context overflow" in str(caught.value)
     assert caught.value.partial is not None and caught.value.partial.text == "a"
@@ -257,7 +267,7 @@ def test_non_object_data_is_a_protocol_error() -> None:
             body=b"{}",
             timeouts=FAST,
             client=mock_client([b"data: [1, 2]\n\n"]),
-        )
+        ).complete()
 
 
 def test_invalid_utf8_is_a_protocol_error() -> None:
@@ -268,10 +278,10 @@ def test_invalid_utf8_is_a_protocol_error() -> None:
             body=b"{}",
             timeouts=FAST,
             client=mock_client([b"data: \xff\n\n"]),
-        )
+        ).complete()
 
 
 def test_json_answer_to_a_stream_request_is_a_protocol_error() -> None:
     client = mock_client([b'{"choices": []}'], content_type="application/json")
     with pytest.raises(ModelProtocolError, match="application/json instead of an event stream"):
-        stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client)
+        stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client).complete()

@@ -8,13 +8,15 @@ import pytest
 
 from chat.agent.model_client import (
     ModelUnavailable,
+    ReasoningPiece,
+    TextPiece,
     Timeouts,
-    ToolCall,
+    ToolCallPiece,
     list_models,
     stream_chat,
 )
 from chat.testing.scripted_server import ScriptedServer, Step
-from tests.agent.mc_helpers import chat_body, first_turn
+from tests.agent.mc_helpers import chat_body, collect, first_turn
 
 FAST = Timeouts(connect=2.0, first_token=10.0, between_chunks=10.0)
 
@@ -22,14 +24,10 @@ FAST = Timeouts(connect=2.0, first_token=10.0, between_chunks=10.0)
 def test_text_streams_in_pieces(server: ScriptedServer) -> None:
     text = "The quick brown fox jumps over the lazy dog. Ünïcödé ✓"
     server.push(Step(text=text, chunk_size=4))
-    pieces: list[str] = []
-    done = stream_chat(
-        base_url=server.base_url,
-        api_key=None,
-        body=chat_body(first_turn()),
-        timeouts=FAST,
-        on_text=pieces.append,
+    done, got = collect(
+        stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST)
     )
+    pieces = [piece.text for piece in got if isinstance(piece, TextPiece)]
     assert done.text == text
     assert "".join(pieces) == text
     assert len(pieces) == -(-len(text) // 4)
@@ -46,21 +44,17 @@ def test_body_is_sent_byte_for_byte(server: ScriptedServer) -> None:
         b'"stream_options":{"include_usage":true}}'
     )
     server.push(Step(text="ok"), Step(text="ok"))
-    stream_chat(base_url=server.base_url, api_key="secret", body=body, timeouts=FAST)
-    stream_chat(base_url=server.base_url + "/", api_key=None, body=body, timeouts=FAST)
+    stream_chat(base_url=server.base_url, api_key="secret", body=body, timeouts=FAST).complete()
+    stream_chat(base_url=server.base_url + "/", api_key=None, body=body, timeouts=FAST).complete()
     assert server.requests == [body, body]
 
 
 def test_reasoning_then_text(server: ScriptedServer) -> None:
     server.push(Step(reasoning="Let me think about it.", text="Forty-two."))
-    thoughts: list[str] = []
-    done = stream_chat(
-        base_url=server.base_url,
-        api_key=None,
-        body=chat_body(first_turn()),
-        timeouts=FAST,
-        on_reasoning=thoughts.append,
+    done, got = collect(
+        stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST)
     )
+    thoughts = [piece.text for piece in got if isinstance(piece, ReasoningPiece)]
     assert done.reasoning == "Let me think about it."
     assert "".join(thoughts) == done.reasoning
     assert done.text == "Forty-two."
@@ -75,18 +69,10 @@ def test_several_tool_calls_split_across_chunks(server: ScriptedServer) -> None:
             chunk_size=2,
         )
     )
-    announced: list[tuple[int, str, str]] = []
-
-    def on_call(call: ToolCall) -> None:
-        announced.append((call.index, call.id, call.name))
-
-    done = stream_chat(
-        base_url=server.base_url,
-        api_key=None,
-        body=chat_body(first_turn()),
-        timeouts=FAST,
-        on_tool_call=on_call,
+    done, got = collect(
+        stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST)
     )
+    announced = [(piece.index, piece.name) for piece in got if isinstance(piece, ToolCallPiece)]
     assert done.finish_reason == "tool_calls"
     assert done.text == "Looking."
     assert [(c.index, c.name) for c in done.tool_calls] == [(0, "read"), (1, "grep"), (2, "list")]
@@ -95,12 +81,12 @@ def test_several_tool_calls_split_across_chunks(server: ScriptedServer) -> None:
     assert done.tool_calls[2].arguments == "{}"
     assert len({c.id for c in done.tool_calls}) == 3
     assert all(c.id for c in done.tool_calls)
-    assert announced == [(c.index, c.id, c.name) for c in done.tool_calls]
+    assert announced == [(c.index, c.name) for c in done.tool_calls]
 
 
 def test_usage_timings_and_cached_tokens(server: ScriptedServer) -> None:
     server.push(Step(text="Hi there."))
-    done = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST)
+    done = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST).complete()
     assert done.usage is not None and done.timings is not None
     assert done.prompt_tokens == done.usage["prompt_tokens"] > 50
     assert done.completion_tokens == done.usage["completion_tokens"] > 0
@@ -114,7 +100,7 @@ def test_cached_tokens_grow_across_requests_sharing_a_prefix(server: ScriptedSer
     results = []
     for answer in ("It holds three files.", "The largest is app.py.", "Done."):
         server.push(Step(text=answer))
-        done = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(messages), timeouts=FAST)
+        done = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(messages), timeouts=FAST).complete()
         results.append(done)
         messages = [
             *messages,
@@ -131,15 +117,15 @@ def test_cached_tokens_grow_across_requests_sharing_a_prefix(server: ScriptedSer
 
     server.push(Step(text="Fresh."))
     other = [{"role": "system", "content": "A different system prompt."}, {"role": "user", "content": "Hi"}]
-    fresh = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(other), timeouts=FAST)
+    fresh = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(other), timeouts=FAST).complete()
     assert fresh.cached_tokens is not None and fresh.cached_tokens < 5
 
 
 def test_same_request_twice_caches_all_but_the_last_token(server: ScriptedServer) -> None:
     body = chat_body(first_turn())
     server.push(Step(text="a"), Step(text="b"))
-    first = stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=FAST)
-    second = stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=FAST)
+    first = stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=FAST).complete()
+    second = stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=FAST).complete()
     assert first.prompt_tokens == second.prompt_tokens
     assert second.cached_tokens == (second.prompt_tokens or 0) - 1
 
@@ -147,10 +133,10 @@ def test_same_request_twice_caches_all_but_the_last_token(server: ScriptedServer
 def test_tools_count_in_the_prompt(server: ScriptedServer) -> None:
     tools = [{"type": "function", "function": {"name": "read", "description": "Read a file. " * 10}}]
     server.push(Step(text="a"), Step(text="b"))
-    bare = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST)
+    bare = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST).complete()
     with_tools = stream_chat(
         base_url=server.base_url, api_key=None, body=chat_body(first_turn(), tools=tools), timeouts=FAST
-    )
+    ).complete()
     assert (with_tools.prompt_tokens or 0) > (bare.prompt_tokens or 0) + 20
 
 

@@ -67,8 +67,8 @@ def test_real_llama_server_streams_and_caches_the_shared_prefix(tmp_path: Path) 
     with LlamaServer(model, ctx_size=4096, threads=2) as server:
         assert server.base_url.startswith("http://127.0.0.1:")
         assert list_models(base_url=server.base_url, api_key=None) == ["tiny"]
-        cold = stream_chat(base_url=server.base_url, api_key=None, body=body(first_turn), timeouts=timeouts)
-        warm = stream_chat(base_url=server.base_url, api_key=None, body=body(second_turn), timeouts=timeouts)
+        cold = stream_chat(base_url=server.base_url, api_key=None, body=body(first_turn), timeouts=timeouts).complete()
+        warm = stream_chat(base_url=server.base_url, api_key=None, body=body(second_turn), timeouts=timeouts).complete()
 
     for done in (cold, warm):
         assert isinstance(done, Completion)
