@@ -103,7 +103,7 @@ def main() -> None:
     from chat.testing.llama import LlamaServer
     from chat.testing.tiny_gguf import ModelShape, write_model
     from chat.tools import tool_list
-    from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Workspace
+    from sessions_app.models import LastRequest, ModelEndpoint, ModelRequest, Workspace
     from sessions_app.services.sessions import session_start
 
     shape = ModelShape(layers=args.layers, dim=args.dim, heads=max(1, args.dim // 64), ff=args.dim * 2, ctx=65536)
@@ -140,10 +140,13 @@ def main() -> None:
         header = f"{'turn':>4} | " + " | ".join(f"{name:>7} prompt/cached/ms" for name in servers)
         print(header)
         for turn in range(1, args.turns + 1):
-            loop.send(f"Turn {turn}: look at this code and say what it does.\n{_paste(turn, args.paste)}")
+            for _event in loop.send(
+                f"Turn {turn}: look at this code and say what it does.\n{_paste(turn, args.paste)}"
+            ):
+                pass
             request = ModelRequest.objects.filter(session=session).order_by("-id").first()
             assert request is not None
-            body = bytes(ChatSession.objects.get(pk=session.pk).last_request_body)
+            body = bytes(LastRequest.objects.get(session=session).body)
             row = {"cachet": (request.prompt_tokens, request.cached_tokens, (request.timings or {}).get("prompt_ms"))}
             figures["cachet"].add(
                 prompt=request.prompt_tokens,
@@ -154,7 +157,7 @@ def main() -> None:
             for variant in ("clock", "prune"):
                 completion = stream_chat(
                     base_url=servers[variant].base_url, api_key=None, body=_rewrite(body, variant), timeouts=timeouts
-                )
+                ).complete()
                 prompt_ms = (completion.timings or {}).get("prompt_ms")
                 figures[variant].add(
                     prompt=completion.prompt_tokens,

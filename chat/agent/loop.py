@@ -1,65 +1,83 @@
 """The reply loop: build the request from the store, ask the model, run its tool calls, repeat.
 
-Everything the model says and every result is stored before the next thing that can fail. The loop is
-synchronous and runs in its own thread in the web process (and in the foreground for ``manage.py ask``);
-it reports progress through ``ReplyEvents`` so the web side can stream it to every open tab.
+Each action (send, regenerate, undo, rewind, compact) is a generator of typed events (``chat.agent.events``)
+that holds the session's reply lock while it is iterated: ``manage.py ask`` prints the events, the web side
+publishes them to the session's tabs, and the conformance runner checks them. Everything the model says
+and every result is stored before the next thing that can fail; the text of the step being streamed is
+saved as it comes.
+
+Iterate an action to its end (or ``close()`` it) in the thread that started it: the lock belongs to that
+thread's database connection.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, replace
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
-from chat.agent import model_client
-from chat.agent.model_client import Completion, ModelCancelled, ModelError, Timeouts, ToolCall
+from chat.agent.events import (
+    Compacted,
+    Notice,
+    ReasoningDelta,
+    ReplyEvent,
+    RequestFinished,
+    RequestStarted,
+    ResultStored,
+    StepStored,
+    TextDelta,
+    ToolCalled,
+    TurnEnded,
+    TurnsTakenBack,
+    TurnStarted,
+)
+from chat.agent.model_client import (
+    Completion,
+    HttpModel,
+    Idle,
+    Model,
+    ModelCancelled,
+    ModelError,
+    ReasoningPiece,
+    TextPiece,
+    Timeouts,
+    ToolCall,
+    ToolCallPiece,
+)
 from chat.agent.workspace import read_instructions, restore_files, tool_context
 from chat.tools import call_tool
 from sessions_app import prompts
-from sessions_app.errors import EmptySummary
-from sessions_app.models import ChatSession, ModelRequest, RequestKind, Result, Step, Turn
-from sessions_app.selectors.requests import BuiltRequest, build_request
+from sessions_app.errors import EmptySummary, StoreError, person_message
+from sessions_app.hygiene import PriorResult
+from sessions_app.hygiene.config import ContextConfig
+from sessions_app.models import ChatSession, ModelRequest, RequestKind, Turn
+from sessions_app.selectors.requests import (
+    BuiltRequest,
+    PreviousRequest,
+    RequestBuilder,
+    build_request,
+    pending_breaks,
+    previous_request,
+)
 from sessions_app.selectors.sessions import last_live_turn
 from sessions_app.services.compaction import compaction_apply
-from sessions_app.services.locks import reply_lock, reply_running
+from sessions_app.services.locks import reply_lock
 from sessions_app.services.requests import request_record_finish, request_record_start
-from sessions_app.services.results import result_insert
-from sessions_app.services.turns import (
-    step_record,
-    turn_fail,
-    turn_finish,
-    turn_start,
-)
+from sessions_app.services.results import prior_result, reply_table, result_insert
+from sessions_app.services.turns import step_draft_save, step_record, turn_fail, turn_finish, turn_start
 from sessions_app.services.undo import TakenBack, turn_regenerate, turn_rewind, turn_undo
+from sessions_app.types import StoredCall
 
-__all__ = ["ReplyEvents", "ReplyLoop", "ReplyOutcome", "reply_lock", "reply_running", "today"]
+logger = logging.getLogger(__name__)
 
-
-@dataclass
-class ReplyEvents:
-    """Callbacks the loop calls as a reply goes on; each defaults to doing nothing."""
-
-    turn_started: Callable[[Turn], None] = lambda turn: None
-    request_started: Callable[[ModelRequest], None] = lambda request: None
-    request_finished: Callable[[ModelRequest], None] = lambda request: None
-    text: Callable[[str], None] = lambda delta: None
-    reasoning: Callable[[str], None] = lambda delta: None
-    tool_call: Callable[[ToolCall], None] = lambda call: None
-    step_finished: Callable[[Step], None] = lambda step: None
-    result: Callable[[Result], None] = lambda result: None
-    turn_finished: Callable[[Turn], None] = lambda turn: None
-
-
-@dataclass
-class ReplyOutcome:
-    turn: Turn
+DRAFT_SECONDS = 1.0
+STOPPED = "Stopped."
 
 
 def today() -> str:
@@ -75,71 +93,153 @@ def timeouts() -> Timeouts:
     )
 
 
-class CancelWatch:
-    """Sets ``event`` when the turn's stop flag is set in the database (a Stop from any process)."""
-
-    def __init__(self, turn: Turn, event: threading.Event, interval: float = 0.3) -> None:
-        self.turn_id = turn.pk
-        self.event = event
-        self.interval = interval
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._watch, name=f"cancel-watch-{turn.pk}", daemon=True)
-
-    def _watch(self) -> None:
-        try:
-            while not self.done.wait(self.interval):
-                if Turn.objects.filter(pk=self.turn_id, cancel_requested=True).exists():
-                    self.event.set()
-                    return
-        finally:
-            connection.close()
-
-    def __enter__(self) -> CancelWatch:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self.thread.join(timeout=2)
-
-
-def _reply_text(turn: Turn, extra: str = "") -> str:
-    texts = [step.text for step in turn.steps.order_by("number") if step.text]
-    if extra:
-        texts.append(extra)
-    return "\n\n".join(texts)
-
-
 def _call_id(call: ToolCall, turn: Turn, step_number: int, position: int) -> str:
     return call.id or f"call_{turn.number}_{step_number}_{position}"
 
 
+@dataclass
+class _Streamed:
+    """What the step being asked has streamed so far."""
+
+    text: str = ""
+    reasoning: str = ""
+    saved_at: float = 0.0
+    saved_size: int = 0
+
+
 class ReplyLoop:
-    """Runs replies for one session; ``cancel`` stops the one running."""
+    """Runs the actions of one session; ``cancel`` stops the one running."""
 
     def __init__(
         self,
         session: ChatSession,
         *,
-        events: ReplyEvents | None = None,
+        model: Model | None = None,
         cancel: threading.Event | None = None,
+        config: ContextConfig | None = None,
+        date: str | None = None,
         max_steps: int | None = None,
         client_timeouts: Timeouts | None = None,
     ) -> None:
         self.session = session
-        self.events = events or ReplyEvents()
         self.cancel = cancel or threading.Event()
+        self.config = config or prompts.rules_config()
+        self.date = date
         self.max_steps = max_steps or settings.CACHET_MAX_STEPS or int(prompts.loop_settings()["max_steps"])
         self.timeouts = client_timeouts or timeouts()
         self.requests: list[ModelRequest] = []
+        self._given_model = model
+        self._previous: PreviousRequest | None = None
+        self._builder: RequestBuilder | None = None
+        self._open: Turn | None = None
+
+    # --- holding the session ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with reply_lock(self.session):
+            self._refresh()
+            try:
+                yield
+            finally:
+                self._previous = None
+                self._builder = None
+                self._open = None
 
     def _refresh(self) -> ChatSession:
         self.session = ChatSession.objects.select_related("workspace", "endpoint").get(pk=self.session.pk)
         return self.session
 
-    def _ask(self, built: BuiltRequest, *, turn: Turn | None, step_number: int, kind: str) -> Completion:
+    @property
+    def model(self) -> Model:
+        if self._given_model is not None:
+            return self._given_model
+        endpoint = self.session.endpoint
+        return HttpModel(base_url=endpoint.base_url, api_key=endpoint.api_key or None, timeouts=self.timeouts)
+
+    def next_request(self) -> BuiltRequest:
+        """The request the next step would send: of the open reply, or else the next turn's history."""
+        if self._builder is not None:
+            return self._builder.build()
+        return build_request(self._refresh(), current=None, model_name=self.session.model_name)
+
+    # --- the actions ------------------------------------------------------------------------------------
+
+    def send(self, words: str, *, date: str | None = None) -> Iterator[ReplyEvent]:
+        """Store the person's message as a new turn, then run the reply to it."""
+        with self._locked():
+            yield from self._auto_compact()
+            turn = turn_start(
+                session=self.session,
+                words=words,
+                today=date or self.date or today(),
+                instructions=read_instructions(self.session),
+                config=self.config,
+            )
+            yield from self._reply(turn)
+
+    def regenerate(self, *, restore: bool = False) -> Iterator[ReplyEvent]:
+        """Take back the last reply and ask again with the same stored message."""
+        with self._locked():
+            taken, turn = turn_regenerate(session=self.session)
+            yield self._taken_back(taken, restore=restore)
+            yield from self._reply(turn, again=True)
+
+    def undo(self, *, restore: bool = False) -> Iterator[ReplyEvent]:
+        """Take back the last live turn."""
+        with self._locked():
+            yield self._taken_back(turn_undo(session=self.session), restore=restore)
+
+    def rewind(self, number: int, *, restore: bool = False) -> Iterator[ReplyEvent]:
+        """Take back turn ``number`` and every later live turn."""
+        with self._locked():
+            yield self._taken_back(turn_rewind(session=self.session, number=number), restore=restore)
+
+    def compact(self) -> Iterator[ReplyEvent]:
+        """Ask the model for a summary as the next step of the conversation and start a new generation."""
+        with self._locked():
+            yield from self._compact()
+
+    # --- inside the lock ----------------------------------------------------------------------------------
+
+    def _taken_back(self, taken: TakenBack, *, restore: bool) -> TurnsTakenBack:
+        conflicts = restore_files(self.session, taken.edits).conflicts if restore else []
+        return TurnsTakenBack(
+            turns=tuple(taken.turns), restored=restore, edits=len(taken.edits), conflicts=tuple(conflicts)
+        )
+
+    def _compact(self) -> Iterator[ReplyEvent]:
+        built = build_request(
+            self.session, current=None, model_name=self.session.model_name, extra_user=prompts.compact_task()
+        )
+        completion = yield from self._ask(built, turn=None, step_number=0, kind=RequestKind.COMPACTION)
+        if not completion.text.strip():
+            raise EmptySummary()
+        generation = compaction_apply(session=self.session, summary=completion.text, config=self.config)
+        self._refresh()
+        yield Compacted(generation)
+
+    def _auto_compact(self) -> Iterator[ReplyEvent]:
+        last = ModelRequest.objects.filter(session=self.session, prompt_tokens__isnull=False).order_by("-id").first()
+        if last is None or last.kind == RequestKind.COMPACTION or last_live_turn(self.session) is None:
+            return
+        threshold = self.config.compaction_auto_at * self.session.endpoint.context_window
+        if last.prompt_tokens is not None and last.prompt_tokens > threshold:
+            try:
+                yield from self._compact()
+            except (EmptySummary, ModelError) as error:
+                yield Notice(f"Could not compact before this turn: {error}", level="warning")
+
+    def _ask(
+        self, built: BuiltRequest, *, turn: Turn | None, step_number: int, kind: str
+    ) -> Generator[ReplyEvent, None, Completion]:
+        """Record and send one request; yields its events and returns the model's answer."""
         session = self.session
-        request = request_record_start(
+        if self._previous is None:
+            self._previous = previous_request(session)
+        else:
+            self._previous = replace(self._previous, pending=pending_breaks(session))
+        request, self._previous = request_record_start(
             session=session,
             turn=turn,
             step_number=step_number,
@@ -147,36 +247,56 @@ class ReplyLoop:
             built=built,
             endpoint_url=session.endpoint.base_url,
             model_name=session.model_name,
+            previous=self._previous,
         )
         self.requests.append(request)
-        self.events.request_started(request)
+        yield RequestStarted(request)
+        number = turn.number if turn is not None else 0
+        streamed = _Streamed(saved_at=time.monotonic())
         started = time.monotonic()
+        answer = self.model.stream(built.body, cancel=self.cancel)
         try:
-            completion = model_client.stream_chat(
-                base_url=session.endpoint.base_url,
-                api_key=session.endpoint.api_key or None,
-                body=built.body,
-                timeouts=self.timeouts,
-                on_text=self.events.text,
-                on_reasoning=self.events.reasoning,
-                on_tool_call=self.events.tool_call,
-                cancel=self.cancel,
-            )
-        except ModelError as error:
-            partial = error.partial
+            for piece in answer:
+                if isinstance(piece, TextPiece):
+                    streamed.text += piece.text
+                    yield TextDelta(number, step_number, piece.text)
+                elif isinstance(piece, ReasoningPiece):
+                    streamed.reasoning += piece.text
+                    yield ReasoningDelta(number, step_number, piece.text)
+                elif isinstance(piece, ToolCallPiece):
+                    yield ToolCalled(number, step_number, piece.name)
+                if turn is not None:
+                    self._save_draft(turn, step_number, streamed, idle=isinstance(piece, Idle))
+        except GeneratorExit:
             request_record_finish(
                 request=request,
-                prompt_tokens=partial.prompt_tokens if partial else None,
-                cached_tokens=partial.cached_tokens if partial else None,
-                completion_tokens=partial.completion_tokens if partial else None,
-                time_to_first_token=partial.time_to_first_token if partial else None,
+                prompt_tokens=None,
+                cached_tokens=None,
+                completion_tokens=None,
+                time_to_first_token=None,
                 total_time=time.monotonic() - started,
-                usage=partial.usage if partial else None,
-                timings=partial.timings if partial else None,
+                usage=None,
+                timings=None,
+                error=STOPPED,
+            )
+            raise
+        except ModelError as error:
+            got = error.partial
+            request_record_finish(
+                request=request,
+                prompt_tokens=got.prompt_tokens if got else None,
+                cached_tokens=got.cached_tokens if got else None,
+                completion_tokens=got.completion_tokens if got else None,
+                time_to_first_token=got.time_to_first_token if got else None,
+                total_time=time.monotonic() - started,
+                usage=got.usage if got else None,
+                timings=got.timings if got else None,
                 error=str(error),
             )
-            self.events.request_finished(request)
+            yield RequestFinished(request)
             raise
+        completion = answer.completion
+        assert completion is not None, "a stream that ends without an error has its completion"
         request_record_finish(
             request=request,
             prompt_tokens=completion.prompt_tokens,
@@ -187,118 +307,75 @@ class ReplyLoop:
             usage=completion.usage,
             timings=completion.timings,
         )
-        self.events.request_finished(request)
+        yield RequestFinished(request)
         return completion
 
-    def send(self, words: str, *, date: str | None = None) -> ReplyOutcome:
-        """Store the person's message as a new turn, then run the reply to it."""
-        with reply_lock(self.session):
-            self._refresh()
-            self._auto_compact()
-            turn = turn_start(
-                session=self.session,
-                words=words,
-                today=date or today(),
-                instructions=read_instructions(self.session),
-            )
-            self.events.turn_started(turn)
-            return self._run(turn)
-
-    def regenerate(self, *, restore: bool = False) -> tuple[ReplyOutcome, list[str]]:
-        """Take back the last reply and ask again with the same stored message."""
-        with reply_lock(self.session):
-            self._refresh()
-            taken, turn = turn_regenerate(session=self.session)
-            conflicts = self._restore(taken) if restore else []
-            self.events.turn_started(turn)
-            return self._run(turn), conflicts
-
-    def undo(self, *, restore: bool = False) -> tuple[TakenBack, list[str]]:
-        with reply_lock(self.session):
-            taken = turn_undo(session=self._refresh())
-            return taken, self._restore(taken) if restore else []
-
-    def rewind(self, number: int, *, restore: bool = False) -> tuple[TakenBack, list[str]]:
-        with reply_lock(self.session):
-            taken = turn_rewind(session=self._refresh(), number=number)
-            return taken, self._restore(taken) if restore else []
-
-    def compact(self) -> str:
-        """Ask the model for a summary as the next step of the conversation and start a new generation."""
-        with reply_lock(self.session):
-            self._refresh()
-            return self._compact()
-
-    def _restore(self, taken: TakenBack) -> list[str]:
-        report = restore_files(self.session, taken.edits)
-        return report.conflicts
-
-    def _compact(self) -> str:
-        built = build_request(
-            self.session, current=None, model_name=self.session.model_name, extra_user=prompts.compact_task()
-        )
-        completion = self._ask(built, turn=None, step_number=0, kind=RequestKind.COMPACTION)
-        if not completion.text.strip():
-            raise EmptySummary()
-        generation = compaction_apply(session=self.session, summary=completion.text)
-        self._refresh()
-        return generation.system_prompt
-
-    def _auto_compact(self) -> None:
-        last = ModelRequest.objects.filter(session=self.session, prompt_tokens__isnull=False).order_by("-id").first()
-        if last is None or last.kind == RequestKind.COMPACTION or last_live_turn(self.session) is None:
+    def _save_draft(self, turn: Turn, step_number: int, streamed: _Streamed, *, idle: bool) -> None:
+        size = len(streamed.text) + len(streamed.reasoning)
+        if size == streamed.saved_size:
             return
-        threshold = prompts.rules_config().compaction_auto_at * self.session.endpoint.context_window
-        if last.prompt_tokens is not None and last.prompt_tokens > threshold:
-            with contextlib.suppress(EmptySummary, ModelError):
-                self._compact()
+        now = time.monotonic()
+        if idle or now - streamed.saved_at >= DRAFT_SECONDS:
+            step_draft_save(turn=turn, number=step_number, text=streamed.text, reasoning=streamed.reasoning)
+            streamed.saved_at, streamed.saved_size = now, size
 
-    def _run(self, turn: Turn) -> ReplyOutcome:
-        outcome = ReplyOutcome(turn=turn)
+    def _reply(self, turn: Turn, *, again: bool = False) -> Iterator[ReplyEvent]:
+        """Run the reply to the open ``turn`` until the model answers without a tool call."""
+        self._open = turn
+        self._builder = RequestBuilder(self.session, model_name=self.session.model_name, current=turn)
+        yield TurnStarted(turn, again=again)
         try:
-            with CancelWatch(turn, self.cancel):
-                outcome.turn = self._steps(turn)
+            turn = yield from self._steps(turn)
         except ModelCancelled as error:
-            partial = error.partial.text if error.partial else ""
-            outcome.turn = turn_fail(
-                turn=turn, error="Stopped.", reply_text=_reply_text(turn, partial), interrupted=True
-            )
+            turn = turn_fail(turn=turn, error=STOPPED, unstored=_partial_text(error), interrupted=True)
         except ModelError as error:
-            partial = error.partial.text if error.partial else ""
-            outcome.turn = turn_fail(turn=turn, error=str(error), reply_text=_reply_text(turn, partial))
-        except Exception as error:
-            outcome.turn = turn_fail(turn=turn, error=f"Cachet failed: {error}", reply_text=_reply_text(turn))
-            self.events.turn_finished(outcome.turn)
+            turn = turn_fail(turn=turn, error=str(error), unstored=_partial_text(error))
+        except GeneratorExit:
+            turn_fail(turn=turn, error=STOPPED, interrupted=True)
             raise
-        self.events.turn_finished(outcome.turn)
-        return outcome
+        except Exception as error:
+            logger.exception("session %s: the reply to turn %s failed", turn.session_id, turn.number)
+            turn = turn_fail(turn=turn, error=person_message(error))
+            if not isinstance(error, StoreError):
+                yield TurnEnded(turn)
+                raise
+        finally:
+            self._open = None
+            self._builder = None
+        yield TurnEnded(turn)
 
-    def _steps(self, turn: Turn) -> Turn:
+    def _steps(self, turn: Turn) -> Generator[ReplyEvent, None, Turn]:
         session = self.session
+        builder = self._builder
+        assert builder is not None
+        table: list[PriorResult] = reply_table(turn)
+        context = tool_context(session, table=table, cancelled=self.cancel.is_set, config=self.config)
         for step_number in range(1, self.max_steps + 1):
-            built = build_request(session, current=turn, model_name=session.model_name)
-            completion = self._ask(built, turn=turn, step_number=step_number, kind=RequestKind.REPLY)
-            calls: list[dict[str, Any]] = [
-                {
-                    "id": _call_id(call, turn, step_number, position),
-                    "name": call.name,
-                    "arguments": call.arguments,
-                }
+            built = builder.build()
+            if settings.CACHET_CHECK_REQUESTS:
+                _check_built(session, turn, built)
+            completion = yield from self._ask(built, turn=turn, step_number=step_number, kind=RequestKind.REPLY)
+            calls = [
+                StoredCall(id=_call_id(call, turn, step_number, position), name=call.name, arguments=call.arguments)
                 for position, call in enumerate(completion.tool_calls)
             ]
             step = step_record(
                 turn=turn,
+                number=step_number,
                 text=completion.text,
                 reasoning=completion.reasoning,
                 tool_calls=calls,
                 finish_reason=completion.finish_reason,
             )
-            self.events.step_finished(step)
+            builder.add_assistant(step)
+            yield StepStored(step)
             if not calls:
-                return turn_finish(turn=turn, reply_text=_reply_text(turn))
-            for call in calls:
-                session = self._refresh()
-                arguments, outcome = call_tool(call["name"], call["arguments"], tool_context(session, turn))
+                return turn_finish(turn=turn)
+            for call in step.tool_calls:
+                if self.cancel.is_set():
+                    break
+                mode = ChatSession.objects.values_list("mode", flat=True).get(pk=session.pk)
+                arguments, outcome = call_tool(call["name"], call["arguments"], replace(context, mode=mode))
                 result = result_insert(
                     turn=turn,
                     step=step,
@@ -307,9 +384,24 @@ class ReplyLoop:
                     arguments=arguments,
                     arguments_raw=call["arguments"],
                     outcome=outcome,
+                    table=table,
+                    config=self.config,
                 )
-                self.events.result(result)
+                table.append(prior_result(result))
+                builder.add_result(result)
+                yield ResultStored(result)
             if self.cancel.is_set():
-                raise ModelCancelled("Stopped.", url=session.endpoint.base_url)
+                raise ModelCancelled(STOPPED, url=self.model.url)
         limit = str(prompts.loop_settings()["step_limit_text"]).format(steps=self.max_steps)
-        return turn_finish(turn=turn, reply_text=_reply_text(turn, limit))
+        return turn_finish(turn=turn, unstored=limit)
+
+
+def _partial_text(error: ModelError) -> str:
+    return error.partial.text if error.partial is not None else ""
+
+
+def _check_built(session: ChatSession, turn: Turn, built: BuiltRequest) -> None:
+    """In tests: the request grown step by step is the one the store gives when read afresh."""
+    fresh = build_request(session, current=turn, model_name=session.model_name)
+    if fresh.body != built.body:
+        raise AssertionError(f"session {session.pk} turn {turn.number}: the request built step by step differs")

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from chat.tools import ToolContext, ToolError, resolve_in_workspace
 from sessions_app import prompts
-from sessions_app.hygiene import format_id, last_seen_sha
+from sessions_app.hygiene import PriorResult, format_id, last_seen_sha
 from sessions_app.hygiene.config import ContextConfig
-from sessions_app.models import ChatSession, Result, Turn
+from sessions_app.models import ChatSession, Result
 from sessions_app.selectors.sessions import stored_full_text
-from sessions_app.services.results import reply_table
 
 INSTRUCTIONS_FILE = "AGENTS.md"
 
@@ -37,11 +37,18 @@ def workspace_context(session: ChatSession, *, config: ContextConfig | None = No
     )
 
 
-def tool_context(session: ChatSession, turn: Turn, *, config: ContextConfig | None = None) -> ToolContext:
-    """The context the tools of one call run in; what the model has seen is read from the reply's results."""
-    table = reply_table(turn)
+def tool_context(
+    session: ChatSession,
+    *,
+    table: Sequence[PriorResult],
+    cancelled: Callable[[], bool] = lambda: False,
+    config: ContextConfig | None = None,
+) -> ToolContext:
+    """The context the tools of one call run in; ``table`` is what the model has seen in this reply."""
     return replace(
-        workspace_context(session, config=config), last_seen_sha=lambda abs_path: last_seen_sha(table, abs_path)
+        workspace_context(session, config=config),
+        last_seen_sha=lambda abs_path: last_seen_sha(table, abs_path),
+        cancelled=cancelled,
     )
 
 

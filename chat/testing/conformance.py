@@ -1,36 +1,35 @@
-"""Runs conformance case files (``../shared/CONFORMANCE.md``) against the real store, tools and Postgres.
+"""Runs conformance case files (``../shared/CONFORMANCE.md``) through the reply loop the browser and ``ask`` use.
 
-The runner plays the model's part: it calls tools, ends replies and writes summaries as the steps say.
-Each case runs in a fresh session and workspace folder, inside a transaction that is rolled back.
+The case plays the model (:class:`CaseModel`): a tool step is the model calling that tool, a reply step its
+text, a compact step its summary; undo, rewind, regenerate and compact are the loop's own actions, and a
+request step shows what the loop would send next. The runner has no step logic of its own. Each case runs
+in a fresh session and workspace folder, inside a transaction that is rolled back.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from chat.agent.workspace import read_instructions, tool_context
-from chat.tools import call_tool, tool_list
+from chat.agent.events import Compacted, ReplyEvent, ResultStored, TurnEnded, TurnStarted
+from chat.agent.loop import ReplyLoop
+from chat.agent.model_client import Completion, StreamPiece, TextPiece, ToolCall, ToolCallPiece
+from chat.tools import tool_list
 from sessions_app import prompts
 from sessions_app.errors import StoreError
-from sessions_app.hygiene.config import ContextConfig
-from sessions_app.models import ChatSession, ModelEndpoint, Turn, Workspace
-from sessions_app.selectors.requests import build_request
-from sessions_app.selectors.sessions import open_turn
-from sessions_app.services.compaction import compaction_apply
-from sessions_app.services.results import result_insert
+from sessions_app.models import ChatSession, ModelEndpoint, Workspace
 from sessions_app.services.sessions import session_set_mode, session_start
-from sessions_app.services.turns import step_record, turn_finish, turn_start
-from sessions_app.services.undo import turn_regenerate, turn_rewind, turn_undo
 
 ACTIONS = (
     "user",
@@ -55,6 +54,7 @@ EXPECTATIONS = (
     "expect_table",
 )
 DEFAULT_DATE = "2026-01-01"
+MAX_STEPS = 100_000
 
 
 class FormatError(Exception):
@@ -224,100 +224,184 @@ def check(step: Mapping[str, Any], got: StepText) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """What the model says next: text, or one tool call with its arguments as the case wrote them."""
+
+    text: str = ""
+    call: tuple[str, str] | None = None
+
+
+class _CaseAnswer:
+    """One scripted answer, streamed as a server would: the text, then the call."""
+
+    def __init__(self, answer: _Answer, call_id: str) -> None:
+        self.answer = answer
+        self.call_id = call_id
+        self.completion: Completion | None = None
+
+    def __iter__(self) -> Iterator[StreamPiece]:
+        answer = self.answer
+        calls: list[ToolCall] = []
+        if answer.text:
+            yield TextPiece(answer.text)
+        if answer.call is not None:
+            name, arguments = answer.call
+            calls.append(ToolCall(index=0, id=self.call_id, name=name, arguments=arguments))
+            yield ToolCallPiece(0, name)
+        self.completion = Completion(
+            text=answer.text,
+            reasoning="",
+            tool_calls=calls,
+            finish_reason="tool_calls" if calls else "stop",
+            prompt_tokens=None,
+            cached_tokens=None,
+            completion_tokens=None,
+            usage=None,
+            timings=None,
+            time_to_first_token=None,
+            total_time=0.0,
+            model=None,
+        )
+
+
+class CaseModel:
+    """The case plays the model: each answer is given before the loop asks for it."""
+
+    url = "conformance:"
+
+    def __init__(self) -> None:
+        self.answers: collections.deque[_Answer] = collections.deque()
+        self.calls = 0
+
+    def stream(self, body: bytes, *, cancel: threading.Event) -> _CaseAnswer:
+        if not self.answers:
+            raise StepFailure("the reply loop asked the model, but the case says nothing more")
+        answer = self.answers.popleft()
+        if answer.call is not None:
+            self.calls += 1
+        return _CaseAnswer(answer, f"call_{self.calls}")
+
+
 @dataclass
 class CaseRun:
+    """One case played through the reply loop: ``running`` is the action the case is in the middle of."""
+
     case: Mapping[str, Any]
     root: Path
-    config: ContextConfig
     session: ChatSession
-    date: str
-    call_counter: int = 0
-    texts: list[str] = field(default_factory=list)
+    model: CaseModel
+    loop: ReplyLoop
+    running: Iterator[ReplyEvent] | None = None
+    reply_open: bool = False
 
-    def _open(self) -> Turn | None:
-        return open_turn(self.session)
+    def _next(self) -> ReplyEvent | None:
+        assert self.running is not None
+        try:
+            event = next(self.running)
+        except StopIteration:
+            self.running = None
+            self.reply_open = False
+            return None
+        if isinstance(event, TurnStarted | TurnEnded):
+            self.reply_open = isinstance(event, TurnStarted)
+        return event
+
+    def _until(self, *kinds: type[ReplyEvent]) -> ReplyEvent | None:
+        """Go on with the running action to its next event of ``kinds``; ``None`` when it ends first."""
+        while self.running is not None:
+            event = self._next()
+            if isinstance(event, kinds):
+                return event
+        return None
+
+    def _finish(self) -> list[ReplyEvent]:
+        """Run the running action to its end (the lock it holds goes with it)."""
+        events: list[ReplyEvent] = []
+        while self.running is not None:
+            event = self._next()
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _start(self, action: Iterator[ReplyEvent]) -> None:
+        self._end_open_reply()
+        self.running = action
 
     def _end_open_reply(self) -> None:
-        turn = self._open()
-        if turn is not None:
-            turn_finish(turn=turn, reply_text="")
+        """An open reply is first ended with empty text."""
+        if self.running is not None:
+            if self.reply_open:
+                self.model.answers.append(_Answer(text=""))
+            self._finish()
 
-    def _start(self, words: str) -> Turn:
-        self.session.refresh_from_db()
-        return turn_start(
-            session=self.session,
-            words=words,
-            today=self.date,
-            instructions=read_instructions(self.session),
-            config=self.config,
-        )
+    def _ensure_reply(self) -> None:
+        if not self.reply_open:
+            self._start(self.loop.send("go"))
+            self._until(TurnStarted)
+
+    def close(self) -> None:
+        if self.running is not None:
+            close = getattr(self.running, "close", None)
+            if close is not None:
+                close()
+            self.running = None
+            self.reply_open = False
 
     def step(self, step: Mapping[str, Any]) -> StepText:
         if "user" in step:
-            self._end_open_reply()
-            return StepText(self._start(str(step["user"])).message)
+            self._start(self.loop.send(str(step["user"])))
+            started = self._until(TurnStarted)
+            assert isinstance(started, TurnStarted)
+            return StepText(started.turn.message)
         if "tool" in step:
             return self._tool(str(step["tool"]), step.get("args", {}))
         if "reply" in step:
-            turn = self._open() or self._start("go")
-            step_record(turn=turn, text=str(step["reply"]), reasoning="", tool_calls=[], finish_reason="stop")
-            texts = [s.text for s in turn.steps.order_by("number") if s.text]
-            return StepText(turn_finish(turn=turn, reply_text="\n\n".join(texts)).reply_text)
+            self._ensure_reply()
+            self.model.answers.append(_Answer(text=str(step["reply"])))
+            ended = self._until(TurnEnded)
+            self._finish()
+            assert isinstance(ended, TurnEnded)
+            return StepText(ended.turn.reply_text)
         if "change" in step:
             return self._change(step["change"])
         if "undo" in step:
-            self._end_open_reply()
-            turn_undo(session=self.session)
+            self._start(self.loop.undo())
+            self._finish()
             return StepText("")
         if "rewind" in step:
-            self._end_open_reply()
-            turn_rewind(session=self.session, number=int(step["rewind"]))
+            self._start(self.loop.rewind(int(step["rewind"])))
+            self._finish()
             return StepText("")
         if "regenerate" in step:
-            self._end_open_reply()
-            _, turn = turn_regenerate(session=self.session)
-            return StepText(turn.message)
+            self._start(self.loop.regenerate())
+            started = self._until(TurnStarted)
+            assert isinstance(started, TurnStarted)
+            return StepText(started.turn.message)
         if "compact" in step:
-            self._end_open_reply()
-            generation = compaction_apply(session=self.session, summary=str(step["compact"]), config=self.config)
+            self._start(self.loop.compact())
+            self.model.answers.append(_Answer(text=str(step["compact"])))
+            compacted = [event for event in self._finish() if isinstance(event, Compacted)]
+            generation = compacted[0].generation
             return StepText(generation.system_prompt, table=generation.table)
         if "set_mode" in step:
             session_set_mode(session=self.session, mode=str(step["set_mode"]))
             return StepText("")
         if "set_date" in step:
-            self.date = str(step["set_date"])
+            self.loop.date = str(step["set_date"])
             return StepText("")
         if "request" in step:
-            self.session.refresh_from_db()
-            built = build_request(self.session, current=self._open(), model_name=self.session.model_name)
+            built = self.loop.next_request()
             return StepText(render_request(built.messages, built.tools), roles=[m["role"] for m in built.messages])
         raise StepFailure("no action")
 
     def _tool(self, name: str, args: Any) -> StepText:
-        turn = self._open() or self._start("go")
-        self.call_counter += 1
-        raw = json.dumps(args, ensure_ascii=False)
-        call_id = f"call_{self.call_counter}"
-        step = step_record(
-            turn=turn,
-            text="",
-            reasoning="",
-            tool_calls=[{"id": call_id, "name": name, "arguments": raw}],
-            finish_reason="tool_calls",
-        )
-        self.session.refresh_from_db()
-        arguments, outcome = call_tool(name, raw, tool_context(self.session, turn, config=self.config))
-        result = result_insert(
-            turn=turn,
-            step=step,
-            call_id=call_id,
-            tool=name,
-            arguments=arguments,
-            arguments_raw=raw,
-            outcome=outcome,
-            config=self.config,
-        )
-        return StepText(result.inserted_text, full=result.full_text)
+        self._ensure_reply()
+        self.model.answers.append(_Answer(call=(name, json.dumps(args, ensure_ascii=False))))
+        stored = self._until(ResultStored)
+        if not isinstance(stored, ResultStored):
+            raise StepFailure(f"the call to {name} stored no result")
+        return StepText(stored.result.inserted_text, full=stored.result.full_text)
 
     def _change(self, change: Mapping[str, Any]) -> StepText:
         target = self.root / str(change["path"])
@@ -374,26 +458,32 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
                     tools=tool_list(allow_commands=workspace.allow_commands),
                     mode=str(case.get("mode", "edit")),
                 )
-                run = CaseRun(
-                    case=case,
-                    root=root,
+                model = CaseModel()
+                loop = ReplyLoop(
+                    session,
+                    model=model,
                     config=config,
-                    session=session,
                     date=str(case.get("date", DEFAULT_DATE)),
+                    max_steps=MAX_STEPS,
                 )
-                for number, step in enumerate(case["steps"], start=1):
-                    step = _substitute(step, str(root))
-                    try:
-                        got = run.step(step)
-                    except StoreError as error:
-                        got = StepText(str(error))
-                    except StepFailure as error:
-                        outcome.failure = f"step {number}: {error}"
-                        break
-                    failure = check(step, got)
-                    if failure is not None:
-                        outcome.failure = f"step {number}: {failure}"
-                        break
+                run = CaseRun(case=case, root=root, session=session, model=model, loop=loop)
+                try:
+                    for number, step in enumerate(case["steps"], start=1):
+                        step = _substitute(step, str(root))
+                        try:
+                            got = run.step(step)
+                        except StoreError as error:
+                            run.running, run.reply_open = None, False
+                            got = StepText(str(error))
+                        except StepFailure as error:
+                            outcome.failure = f"step {number}: {error}"
+                            break
+                        failure = check(step, got)
+                        if failure is not None:
+                            outcome.failure = f"step {number}: {failure}"
+                            break
+                finally:
+                    run.close()
             finally:
                 transaction.set_rollback(True)
     except FormatError as error:

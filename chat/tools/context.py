@@ -23,3 +23,4 @@ class ToolContext:
     run_max_timeout: int = 3600
     edit_max_bytes: int = 10_000_000
     spool_dir: Path | None = None
+    cancelled: Callable[[], bool] = lambda: False

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from chat.agent.loop import ReplyEvents, ReplyLoop, reply_lock
+from chat.agent.events import TextDelta, TurnEnded
+from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Timeouts
 from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.errors import ReplyInProgress
@@ -24,7 +25,9 @@ from sessions_app.models import (
     Turn,
     TurnStatus,
 )
+from sessions_app.services.locks import reply_lock
 from sessions_app.services.turns import turn_start
+from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,12 +45,14 @@ def _messages(body: bytes) -> list[dict[str, Any]]:
 
 def test_text_reply_is_stored_with_its_request(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
     scripted.push(Step(text="Hello **there**.", reasoning="thinking"))
-    seen: list[str] = []
-    outcome = _loop(scripted_session, events=ReplyEvents(text=seen.append)).send("hi", date="2026-11-29")
+    outcome = run(_loop(scripted_session).send("hi", date="2026-11-29"))
     turn = outcome.turn
     assert turn.status == TurnStatus.DONE
     assert turn.reply_text == "Hello **there**."
-    assert "".join(seen) == "Hello **there**."
+    assert outcome.text == "Hello **there**."
+    kinds = [type(event).__name__ for event in outcome.events if type(event).__name__ != "TextDelta"]
+    assert kinds[:2] == ["TurnStarted", "RequestStarted"]
+    assert kinds[-3:] == ["RequestFinished", "StepStored", "TurnEnded"]
     assert "Today's date is 2026-11-29." in turn.message
     request = ModelRequest.objects.get(session=scripted_session)
     assert request.break_cause == BreakCause.FIRST
@@ -73,7 +78,7 @@ def test_tool_steps_run_in_order_and_continue_the_prefix(
         Step(tool_calls=[("read", {"path": "app.py"}), ("nope", {}), ("read", '{"path": ')]),
         Step(text="Done."),
     )
-    turn = _loop(scripted_session).send("change a to b").turn
+    turn = run(_loop(scripted_session).send("change a to b")).turn
     assert turn.status == TurnStatus.DONE
     assert turn.reply_text == "Reading.\n\nDone."
     assert (workspace_dir / "app.py").read_text() == "import os\nprint('b')\n"
@@ -107,8 +112,8 @@ def test_next_turn_carries_earlier_replies_as_text_only(
     (workspace_dir / "a.txt").write_text("one\n")
     scripted.push(Step(tool_calls=[("read", {"path": "a.txt"})]), Step(text="It says one."), Step(text="Yes."))
     loop = _loop(scripted_session)
-    loop.send("what is in a.txt?")
-    loop.send("sure?")
+    run(loop.send("what is in a.txt?"))
+    run(loop.send("sure?"))
     second = _messages(scripted.requests[2])
     assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
     assert second[2] == {"role": "assistant", "content": "It says one."}
@@ -123,7 +128,7 @@ def test_single_step_replies_never_break_the_prefix(scripted: ScriptedServer, sc
     scripted.push(Step(text="one"), Step(text="two"), Step(text="three"))
     loop = _loop(scripted_session)
     for words in ("a", "b", "c"):
-        loop.send(words)
+        run(loop.send(words))
     causes = list(
         ModelRequest.objects.filter(session=scripted_session).order_by("id").values_list("break_cause", flat=True)
     )
@@ -139,19 +144,19 @@ def test_undo_rewind_and_regenerate_explain_their_breaks(
     scripted.push(*(Step(text=f"reply {n}") for n in range(1, 4)))
     loop = _loop(scripted_session)
     for words in ("one", "two", "three"):
-        loop.send(words)
-    taken, _ = loop.undo()
+        run(loop.send(words))
+    taken = run(loop.undo()).taken_back
     assert [t.number for t in taken.turns] == [3]
     scripted.push(Step(text="reply 4"))
-    loop.send("four")
+    run(loop.send("four"))
     assert ModelRequest.objects.filter(session=scripted_session).order_by("-id")[0].break_cause == BreakCause.UNDO
-    loop.rewind(2)
+    run(loop.rewind(2))
     scripted.push(Step(text="reply 5"))
-    fifth = loop.send("five").turn
+    fifth = run(loop.send("five")).turn
     assert fifth.number == 5
     assert ModelRequest.objects.filter(session=scripted_session).order_by("-id")[0].break_cause == BreakCause.REWIND
     scripted.push(Step(text="reply 5 again"))
-    outcome, _ = loop.regenerate()
+    outcome = run(loop.regenerate())
     assert outcome.turn.number == 6 and outcome.turn.message == fifth.message
     regenerated = ModelRequest.objects.filter(session=scripted_session).order_by("-id")[0]
     assert regenerated.break_cause == "", "asking again with the same message continues the prefix"
@@ -176,9 +181,9 @@ def test_undo_restores_files_unless_they_changed(
         Step(text="written"),
     )
     loop = _loop(scripted_session)
-    loop.send("write them")
+    run(loop.send("write them"))
     (workspace_dir / "b.txt").write_text("changed by someone\n")
-    _, conflicts = loop.undo(restore=True)
+    conflicts = run(loop.undo(restore=True)).taken_back.conflicts
     assert (workspace_dir / "a.txt").read_text() == "a\n"
     assert not (workspace_dir / "new.txt").exists()
     assert (workspace_dir / "b.txt").read_text() == "changed by someone\n"
@@ -191,15 +196,15 @@ def test_compaction_starts_a_generation_with_the_table(
     (workspace_dir / "a.txt").write_text("one\ntwo\n")
     scripted.push(Step(tool_calls=[("read", {"path": "a.txt"})]), Step(text="ok"), Step(text="We read a.txt."))
     loop = _loop(scripted_session)
-    loop.send("read a.txt")
-    system = loop.compact()
+    run(loop.send("read a.txt"))
+    system = run(loop.compact()).compacted.system_prompt
     assert "We read a.txt." in system
     assert "| a.txt | 1-2 of 2 |" in system
     compaction_request = _messages(scripted.requests[-1])
     assert compaction_request[-1]["role"] == "user"
     assert compaction_request[:-1] == [*_messages(scripted.requests[-2])[:2], {"role": "assistant", "content": "ok"}]
     scripted.push(Step(text="after"))
-    loop.send("go on")
+    run(loop.send("go on"))
     after = _messages(scripted.requests[-1])
     assert [m["role"] for m in after] == ["system", "user"]
     assert "Today's date" in after[1]["content"]
@@ -208,8 +213,8 @@ def test_compaction_starts_a_generation_with_the_table(
     )
     assert kinds[-2] == (RequestKind.COMPACTION, BreakCause.NEW_TURN)
     assert kinds[-1] == (RequestKind.REPLY, BreakCause.COMPACTION)
-    loop.undo()
-    loop.undo()
+    run(loop.undo())
+    run(loop.undo())
     session = ChatSession.objects.get(pk=scripted_session.pk)
     assert session.generation_number == 1
     assert Generation.objects.get(session=session, number=2).taken_back
@@ -220,9 +225,9 @@ def test_empty_summary_changes_nothing(scripted: ScriptedServer, scripted_sessio
 
     scripted.push(Step(text="hi"), Step(text="  ", tool_calls=[("read", {"path": "x"})]))
     loop = _loop(scripted_session)
-    loop.send("hello")
+    run(loop.send("hello"))
     with pytest.raises(EmptySummary):
-        loop.compact()
+        run(loop.compact())
     assert ChatSession.objects.get(pk=scripted_session.pk).generation_number == 1
     assert not Result.objects.filter(session=scripted_session).exists()
 
@@ -233,8 +238,8 @@ def test_automatic_compaction_before_a_turn(scripted: ScriptedServer, scripted_s
     endpoint.save()
     scripted.push(Step(text="long answer " * 20), Step(text="Summary."), Step(text="fresh"))
     loop = _loop(scripted_session)
-    loop.send("hello " * 50)
-    loop.send("next")
+    run(loop.send("hello " * 50))
+    run(loop.send("next"))
     kinds = list(ModelRequest.objects.filter(session=scripted_session).order_by("id").values_list("kind", flat=True))
     assert kinds == [RequestKind.REPLY, RequestKind.COMPACTION, RequestKind.REPLY]
     assert ChatSession.objects.get(pk=scripted_session.pk).generation_number == 2
@@ -256,7 +261,7 @@ def test_faults_fail_the_turn_and_lose_nothing(
 ) -> None:
     (workspace_dir / "a.txt").write_text("a\n")
     scripted.push(Step(tool_calls=[("read", {"path": "a.txt"})]), Step(text="partial text here", fault=fault))
-    turn = _loop(scripted_session).send("please read").turn
+    turn = run(_loop(scripted_session).send("please read")).turn
     assert turn.status == TurnStatus.FAILED
     assert turn.error
     assert message.lower() in turn.error.lower()
@@ -265,7 +270,7 @@ def test_faults_fail_the_turn_and_lose_nothing(
     failed = ModelRequest.objects.filter(session=scripted_session).order_by("-id")[0]
     assert failed.status == "failed" and failed.error == turn.error
     scripted.push(Step(tool_calls=[("read", {"path": "a.txt"})]), Step(text="Now it works."))
-    outcome, _ = _loop(scripted_session).regenerate()
+    outcome = run(_loop(scripted_session).regenerate())
     assert outcome.turn.status == TurnStatus.DONE and outcome.turn.reply_text == "Now it works."
     assert Result.objects.filter(session=scripted_session).count() == 2
 
@@ -274,7 +279,7 @@ def test_server_down_is_a_clear_error(scripted_session: ChatSession) -> None:
     endpoint = scripted_session.endpoint
     endpoint.base_url = "http://127.0.0.1:9/v1"
     endpoint.save()
-    turn = _loop(scripted_session).send("anyone there?").turn
+    turn = run(_loop(scripted_session).send("anyone there?")).turn
     assert turn.status == TurnStatus.FAILED
     assert "127.0.0.1:9" in turn.error
     assert Turn.objects.get(pk=turn.pk).message.startswith("anyone there?")
@@ -283,15 +288,17 @@ def test_server_down_is_a_clear_error(scripted_session: ChatSession) -> None:
 def test_stop_interrupts_the_reply_and_keeps_what_came(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
     scripted.push(Step(text="word " * 200, chunk_size=5, delay=0.05))
     cancel = threading.Event()
-    got: list[str] = []
-
-    def on_text(delta: str) -> None:
-        got.append(delta)
-        if len(got) == 5:
-            cancel.set()
-
+    deltas = 0
     started = time.monotonic()
-    turn = _loop(scripted_session, cancel=cancel, events=ReplyEvents(text=on_text)).send("talk").turn
+    turn = None
+    for event in _loop(scripted_session, cancel=cancel).send("talk"):
+        if isinstance(event, TextDelta):
+            deltas += 1
+            if deltas == 5:
+                cancel.set()
+        if isinstance(event, TurnEnded):
+            turn = event.turn
+    assert turn is not None
     assert time.monotonic() - started < 5
     assert turn.status == TurnStatus.INTERRUPTED
     assert turn.reply_text.startswith("word word")
@@ -305,7 +312,7 @@ def test_two_sends_at_once_the_second_is_refused(scripted: ScriptedServer, scrip
         from django.db import connection
 
         try:
-            _loop(scripted_session).send("first")
+            run(_loop(scripted_session).send("first"))
         finally:
             connection.close()
 
@@ -315,7 +322,7 @@ def test_two_sends_at_once_the_second_is_refused(scripted: ScriptedServer, scrip
     while not Turn.objects.filter(session=scripted_session).exists() and time.monotonic() < deadline:
         time.sleep(0.01)
     try:
-        _loop(scripted_session).send("second")
+        run(_loop(scripted_session).send("second"))
     except ReplyInProgress as error:
         errors.append(error)
     first.join()
@@ -328,7 +335,7 @@ def test_a_reply_left_open_by_a_dead_process_is_marked_interrupted(
 ) -> None:
     orphan = turn_start(session=scripted_session, words="lost", today="2026-11-29", instructions=None)
     scripted.push(Step(text="fine"))
-    turn = _loop(scripted_session).send("again").turn
+    turn = run(_loop(scripted_session).send("again")).turn
     assert Turn.objects.get(pk=orphan.pk).status == TurnStatus.INTERRUPTED
     assert turn.status == TurnStatus.DONE
 
@@ -361,7 +368,7 @@ def test_forbidden_and_unknown_calls_still_take_ids(
 
     session_set_mode(session=scripted_session, mode="plan")
     scripted.push(Step(tool_calls=[("write", {"path": "x.txt", "content": "x"})]), Step(text="cannot"))
-    turn = _loop(scripted_session).send("write x").turn
+    turn = run(_loop(scripted_session).send("write x")).turn
     result = Result.objects.get(turn=turn)
     assert result.inserted_text.startswith("[#0001] write is not available in plan mode")
     assert not (workspace_dir / "x.txt").exists()
@@ -370,7 +377,7 @@ def test_forbidden_and_unknown_calls_still_take_ids(
 
 def test_step_limit_ends_the_reply(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
     scripted.push(*(Step(tool_calls=[("list", {})]) for _ in range(3)))
-    turn = _loop(scripted_session, max_steps=3).send("loop forever").turn
+    turn = run(_loop(scripted_session, max_steps=3).send("loop forever")).turn
     assert turn.status == TurnStatus.DONE
     assert "3 steps" in turn.reply_text
     assert len(scripted.requests) == 3
@@ -380,7 +387,7 @@ def test_nul_bytes_from_the_model_are_stored_as_a_stand_in(
     scripted: ScriptedServer, scripted_session: ChatSession
 ) -> None:
     scripted.push(Step(text="bad\x00byte", tool_calls=[("read", '{"path": "a\\u0000b"}')]), Step(text="ok\x00"))
-    turn = _loop(scripted_session).send("garbage please").turn
+    turn = run(_loop(scripted_session).send("garbage please")).turn
     assert turn.status == TurnStatus.DONE
     assert turn.reply_text == "bad\u2400byte\n\nok\u2400"
     assert "\x00" not in Result.objects.get(turn=turn).arguments_raw
@@ -394,14 +401,14 @@ def test_tool_list_and_system_prompt_bytes_never_change_within_a_generation(
     (workspace_dir / "AGENTS.md").write_text("Be brief.\n")
     scripted.push(Step(tool_calls=[("list", {})]), Step(text="one"), Step(text="two"), Step(text="three"))
     loop = _loop(scripted_session)
-    loop.send("first")
+    run(loop.send("first"))
     session_set_mode(session=scripted_session, mode="plan")
     (workspace_dir / "AGENTS.md").write_text("Be very brief.\n")
-    second = loop.send("second").turn
+    second = run(loop.send("second")).turn
     assert "The permission mode is now plan:" in second.message
     assert "Be very brief." in second.message
     session_set_mode(session=scripted_session, mode="full")
-    loop.send("third")
+    run(loop.send("third"))
     bodies = [json.loads(body) for body in scripted.requests]
     tools = {json.dumps(body["tools"]) for body in bodies}
     systems = {body["messages"][0]["content"] for body in bodies}
@@ -419,10 +426,10 @@ def test_unexpected_break_is_logged_loudly_in_debug(
     settings.DEBUG = True
     scripted.push(Step(text="one"), Step(text="two"))
     loop = _loop(scripted_session)
-    loop.send("first")
+    run(loop.send("first"))
     Generation.objects.filter(session=scripted_session).update(system_prompt="rewritten behind the store's back")
     with caplog.at_level("ERROR"):
-        loop.send("second")
+        run(loop.send("second"))
     last = ModelRequest.objects.filter(session=scripted_session).order_by("-id")[0]
     assert last.break_cause == BreakCause.UNEXPECTED
     assert any("expected at least" in record.getMessage() for record in caplog.records)

@@ -14,6 +14,7 @@ from chat.testing.tiny_gguf import ModelShape, write_model
 from chat.tools import tool_list
 from sessions_app.models import BreakCause, ModelEndpoint, ModelRequest, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start
+from tests.agent.loop_helpers import run
 
 pytestmark = [pytest.mark.llama, pytest.mark.django_db(transaction=True)]
 
@@ -35,7 +36,7 @@ def test_a_session_against_llama_cpp_records_cached_tokens(
     )
     loop = ReplyLoop(session, client_timeouts=Timeouts(connect=5, first_token=60, between_chunks=30))
     for words in ("Hello there, what is in this workspace?", "And what should we do next?", "Thanks."):
-        turn = loop.send(words).turn
+        turn = run(loop.send(words)).turn
         assert turn.status == TurnStatus.DONE, turn.error
     requests = list(ModelRequest.objects.filter(session=session).order_by("id"))
     assert len(requests) >= 3

@@ -3,22 +3,33 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from chat.agent.loop import ReplyEvents, ReplyLoop
+from chat.agent.events import (
+    Compacted,
+    Notice,
+    ReplyEvent,
+    ResultStored,
+    TextDelta,
+    ToolCalled,
+    TurnEnded,
+    TurnsTakenBack,
+)
+from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import ModelError, list_models
 from chat.tools import tool_list
 from sessions_app.errors import StoreError
 from sessions_app.models import (
+    BreakCause,
     ChatSession,
     Mode,
     ModelEndpoint,
     ModelRequest,
-    Result,
     Turn,
     TurnStatus,
     Workspace,
@@ -116,57 +127,70 @@ class Command(BaseCommand):
         if user is None:
             raise CommandError(f"There is no user {options['user']!r}.")
         session = self._session(options, user)
-        out = self.stdout
-
-        def show_result(result: Result) -> None:
-            out.write(f"\n  {result.inserted_text.splitlines()[0] if result.inserted_text else ''}\n")
-
-        def stream_text(delta: str) -> None:
-            out.write(delta, ending="")
-            out.flush()
-
-        events = ReplyEvents(
-            text=stream_text,
-            tool_call=lambda call: out.write(f"\n[{call.name}]", ending=""),
-            result=show_result,
-        )
-        loop = ReplyLoop(session, events=events)
+        loop = ReplyLoop(session)
+        actions: list[Iterator[ReplyEvent]] = []
+        restore = options["restore_files"]
+        if options["undo"]:
+            actions.append(loop.undo(restore=restore))
+        elif options["rewind"] is not None:
+            actions.append(loop.rewind(options["rewind"], restore=restore))
+        elif options["compact"]:
+            actions.append(loop.compact())
+        if options["regenerate"]:
+            actions.append(loop.regenerate(restore=restore))
+        elif options["message"] is not None:
+            actions.append(loop.send(options["message"]))
         failed = False
         turn: Turn | None = None
         try:
-            if options["undo"] or options["rewind"] is not None:
-                taken, conflicts = (
-                    loop.undo(restore=options["restore_files"])
-                    if options["undo"]
-                    else loop.rewind(options["rewind"], restore=options["restore_files"])
-                )
-                out.write(f"Took back turn {', '.join(str(t.number) for t in taken.turns)}.")
-                for conflict in conflicts:
-                    out.write(f"Not restored: {conflict}")
-            elif options["compact"]:
-                loop.compact()
-                out.write("Compacted: the next turn starts from the summary.")
-            if options["regenerate"]:
-                outcome, conflicts = loop.regenerate(restore=options["restore_files"])
-                turn = outcome.turn
-            elif options["message"] is not None:
-                turn = loop.send(options["message"]).turn
+            for action in actions:
+                for event in action:
+                    turn = self.show(event) or turn
+        except KeyboardInterrupt:
+            loop.cancel.set()
+            self.stderr.write("Stopped.")
+            failed = True
         except (StoreError, ModelError) as error:
             self.stderr.write(str(error))
             failed = True
-        if turn is not None:
-            turn.refresh_from_db()
-            out.write("")
-            if turn.status != TurnStatus.DONE:
-                self.stderr.write(f"Turn {turn.number} {turn.get_status_display()}: {turn.error}")
-                failed = True
+        if turn is not None and turn.status != TurnStatus.DONE:
+            self.stderr.write(f"Turn {turn.number} {turn.get_status_display()}: {turn.error}")
+            failed = True
         last = turn or last_live_turn(session)
         requests = ModelRequest.objects.filter(pk__in=[request.pk for request in loop.requests])
         prompt_tokens = sum(r.prompt_tokens or 0 for r in requests)
         cached_tokens = sum(r.cached_tokens or 0 for r in requests)
-        out.write(
+        self.stdout.write(
             f"session={session.pk} turn={last.number if last else 0} requests={len(loop.requests)} "
             f"prompt_tokens={prompt_tokens} cached_tokens={cached_tokens}"
         )
         if failed:
             sys.exit(1)
+
+    def show(self, event: ReplyEvent) -> Turn | None:
+        """Print one event of the reply; the turn it ended, where it ended one."""
+        out = self.stdout
+        match event:
+            case TextDelta(text=text) if event.turn_number:
+                out.write(text, ending="")
+                out.flush()
+            case ToolCalled(name=name) if event.turn_number:
+                out.write(f"\n[{name}]", ending="")
+            case ResultStored(result=result):
+                first = result.inserted_text.splitlines()[0] if result.inserted_text else ""
+                out.write(f"\n  {first}")
+            case TurnsTakenBack(turns=turns, conflicts=conflicts) if turns:
+                if turns[0].taken_back_by != BreakCause.REGENERATE:
+                    out.write(f"Took back turn {', '.join(str(t.number) for t in reversed(turns))}.")
+                for conflict in conflicts:
+                    out.write(f"Not restored: {conflict}")
+            case Compacted():
+                out.write("Compacted: the next turn starts from the summary.")
+            case Notice(text=text, lines=lines):
+                self.stderr.write(text)
+                for line in lines:
+                    self.stderr.write(f"  {line}")
+            case TurnEnded(turn=turn):
+                out.write("")
+                return turn
+        return None
