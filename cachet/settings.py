@@ -117,6 +117,18 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 5000}}}
 
+if REDIS_URL:
+    CACHES: dict[str, Any] = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "OPTIONS": {"MAX_ENTRIES": 20_000},
+        }
+    }
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -169,6 +181,7 @@ CACHET_FIRST_TOKEN_TIMEOUT = float(os.environ.get("CACHET_FIRST_TOKEN_TIMEOUT", 
 CACHET_CHUNK_TIMEOUT = float(os.environ.get("CACHET_CHUNK_TIMEOUT", "120"))
 CACHET_MAX_STEPS = int(os.environ.get("CACHET_MAX_STEPS", "0")) or None
 CACHET_MAX_MESSAGE_BYTES = int(os.environ.get("CACHET_MAX_MESSAGE_BYTES", "200000"))
+CACHET_CHECK_REQUESTS = env_bool("CACHET_CHECK_REQUESTS", False)
 
 LOGGING: dict[str, Any] = {
     "version": 1,

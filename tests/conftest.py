@@ -8,7 +8,7 @@ import pytest
 
 from chat.testing.scripted_server import ScriptedServer
 from chat.tools import tool_list
-from chat.web import runner
+from chat.web import jobs
 from sessions_app.models import ChatSession, ModelEndpoint, Workspace
 from sessions_app.services.sessions import session_start
 
@@ -112,7 +112,7 @@ def server() -> Iterator[ScriptedServer]:
 def model() -> Iterator[ScriptedServer]:
     with ScriptedServer(model="scripted") as server:
         yield server
-        runner.wait_idle(timeout=20, cancel=True)
+        jobs.wait_idle(timeout=20, cancel=True)
 
 
 @pytest.fixture

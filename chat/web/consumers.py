@@ -1,24 +1,26 @@
-"""The websocket of a chat page: ``/ws/sessions/<id>/``. It checks who is asking, hands the request to the
-runner and relays what the runner broadcasts; the reply itself never depends on this connection."""
+"""The websocket of a chat page: ``/ws/sessions/<id>/``. It checks who is asking, answers a tab's hello
+with what it lacks, hands actions to a job and relays what the session's group is sent; the reply itself
+never depends on this connection."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from importlib import import_module
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 
-from chat.web import fragments, runner
-from sessions_app.errors import StoreError
+from chat.web import fragments, jobs
+from chat.web.messages import Op, pack
+from chat.web.publisher import session_group
+from chat.web.sync import PageState, catch_up
 from sessions_app.models import ChatSession
 from sessions_app.selectors.sessions import session_get
+from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_set_mode
 
 NOT_FOUND = 4404
@@ -46,17 +48,13 @@ def _fresh_session(scope: dict[str, Any]) -> SessionBase:
     return store
 
 
-def _sync_html(session_id: int) -> tuple[str, runner.Snapshot | None]:
-    session = ChatSession.objects.select_related("workspace", "endpoint").get(pk=session_id)
-    state = runner.page_state(session)
-    html = fragments.sync(session, live=state.live, running=state.running, label=state.label)
-    return html, state.snapshot
+def _running(session_id: int) -> bool:
+    return reply_running(ChatSession(pk=session_id))
 
 
 class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     session_id: int = 0
     joined: bool = False
-    seen: tuple[str, int] = ("", 0)
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -70,32 +68,26 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.close(code=NOT_FOUND)
             return
         self.session_id = session_id
-        await self.channel_layer.group_add(runner.group_name(session_id), self.channel_name)
+        await self.channel_layer.group_add(session_group(session_id), self.channel_name)
         self.joined = True
         await self.accept()
-        await self.resync()
-
-    async def resync(self) -> None:
-        """Send the page's whole changing part; drop the queued events the snapshot already covers."""
-        html, snapshot = await database_sync_to_async(_sync_html)(self.session_id)
-        self.seen = (snapshot.job_id, snapshot.seq) if snapshot is not None else ("", 0)
-        await self.send(text_data=html)
 
     async def disconnect(self, code: int) -> None:
         if self.joined:
-            await self.channel_layer.group_discard(runner.group_name(self.session_id), self.channel_name)
+            await self.channel_layer.group_discard(session_group(self.session_id), self.channel_name)
 
-    async def cachet_html(self, event: dict[str, Any]) -> None:
-        job, seq = event.get("job", ""), int(event.get("seq", 0))
-        if job and job == self.seen[0] and seq <= self.seen[1]:
-            return
-        await self.send(text_data=event["html"])
+    async def cachet_message(self, event: dict[str, Any]) -> None:
+        await self.send(text_data=event["text"])
+
+    async def show(self, *ops: Op) -> None:
+        for text in pack(list(ops)):
+            await self.send(text_data=text)
 
     async def notice(self, text: str, *, level: str = "error") -> None:
-        await self.send(text_data=fragments.notice(text, level=level))
+        await self.show(fragments.notice_put(text, level=level))
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
-        size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
+        size = len(text_data.encode("utf-8", "surrogatepass")) if text_data is not None else len(bytes_data or b"")
         limit = settings.CACHET_MAX_MESSAGE_BYTES
         if size > limit:
             await self.notice(f"That message is {size} bytes; the most Cachet takes is {limit} bytes.")
@@ -124,44 +116,57 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         kind = content.get("type")
         restore = _flag(content.get("restore"))
-        if kind == "send":
+        if kind == "hello":
+            await self.hello(content)
+        elif kind == "live":
+            await jobs.ask_live(self.session_id, self.channel_name)
+        elif kind == "send":
             await self.send_message(content.get("text"))
         elif kind == "stop":
-            await database_sync_to_async(runner.stop)(self.session_id)
+            await jobs.stop(self.session_id)
         elif kind == "undo":
-            await self.start(runner.Undo(restore=restore))
+            await self.start(jobs.Undo(restore=restore))
         elif kind == "rewind":
             number = _number(content.get("turn"))
             if number is None:
                 await self.notice("Rewind needs the number of a turn.")
                 return
-            await self.start(runner.Rewind(turn=number, restore=restore))
+            await self.start(jobs.Rewind(turn=number, restore=restore))
         elif kind == "regenerate":
-            await self.start(runner.Regenerate(restore=restore))
+            await self.start(jobs.Regenerate(restore=restore))
         elif kind == "compact":
-            await self.start(runner.Compact())
+            await self.start(jobs.Compact())
         elif kind == "mode":
             await self.set_mode(session, content.get("mode"))
         else:
             await self.notice(f"Cachet does not know the request {str(kind)[:40]!r}.")
 
+    async def hello(self, content: dict[str, Any]) -> None:
+        """Bring the tab from what it shows to what is stored, then ask the running reply for its live text."""
+        state = PageState(
+            revision=_number(content.get("rev")) or 0,
+            first_turn=_number(content.get("first")) or 0,
+            last_bar=_number(content.get("bar")) or 0,
+        )
+        caught = await database_sync_to_async(catch_up)(self.session_id, state)
+        for text in caught.messages:
+            await self.send(text_data=text)
+        if caught.running:
+            await jobs.ask_live(self.session_id, self.channel_name)
+
     async def send_message(self, text: object) -> None:
         if not isinstance(text, str) or not text.strip():
             await self.notice("Write a message first.", level="info")
             return
-        if not await self.start(runner.Send(words=text.strip())):
-            await self.send(text_data=fragments.composer(text))
+        if not await self.start(jobs.Send(words=text.strip())):
+            await self.show(fragments.composer_put(text))
 
-    async def start(self, action: runner.Action) -> bool:
-        loop = asyncio.get_running_loop()
-        try:
-            await sync_to_async(runner.start, thread_sensitive=False)(
-                self.session_id, action, reply_to=self.channel_name, event_loop=loop
-            )
-        except StoreError as error:
-            await self.notice(str(error))
+    async def start(self, action: jobs.Action) -> bool:
+        if await database_sync_to_async(_running)(self.session_id):
+            await self.notice("A reply is already running in this session; wait for it or stop it first.")
             return False
-        await self.send(text_data=fragments.notice(""))
+        await jobs.start(self.session_id, action, reply_to=self.channel_name)
+        await self.show(fragments.notice_put(""))
         return True
 
     async def set_mode(self, session: ChatSession, mode: object) -> None:
@@ -170,7 +175,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         except ValueError as error:
             await self.notice(str(error))
             return
-        html = await database_sync_to_async(fragments.mode_control)(session)
-        message = {"type": runner.MESSAGE_TYPE, "html": html, "job": "", "seq": 0}
-        await self.channel_layer.group_send(runner.group_name(self.session_id), message)
+        put = await database_sync_to_async(fragments.mode_put)(session)
+        for text in pack([put]):
+            await self.channel_layer.group_send(
+                session_group(self.session_id), {"type": "cachet.message", "text": text}
+            )
         await self.notice(f"Mode {session.mode}: it takes effect as a note on your next message.", level="info")

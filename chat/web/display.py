@@ -1,14 +1,24 @@
-"""What the chat page shows of the store: turns, their steps and tool calls, as plain objects for templates."""
+"""What the chat page shows of the store: turns, their steps and tool calls, as plain objects for templates.
+
+Everything here is bounded, whatever a session holds: a page shows the last turns only (older ones load as
+the person scrolls up), a tool row the first lines of what the model was sent (the rest is a click away, by
+the paged result view), a step the first characters of a very long text. The texts are cut in the database,
+so a page never loads a result's whole text to show its first lines.
+"""
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from django.db.models import QuerySet, Value
+from django.db.models.functions import Length, Replace, Right, Substr
 
 from sessions_app import prompts
-from sessions_app.hygiene import count_lines, format_id
-from sessions_app.models import ChatSession, Generation, Result, ResultKind, Step, Turn, TurnStatus
+from sessions_app.hygiene import format_id
+from sessions_app.models import ChatSession, Generation, Result, ResultKind, Step, StepDraft, Turn, TurnStatus
 
 TARGET_KEYS = ("path", "pattern", "command", "id", "target")
 PRIMARY_KEY = {"grep": "pattern", "glob": "pattern", "run": "command", "recall": "id"}
@@ -16,6 +26,11 @@ PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.MULTILI
 BRACKET_LINE = re.compile(r"^\[(#[0-9a-f]+)\]\s?(.*)$")
 STATUS_CHARS = 120
 TARGET_CHARS = 80
+PAGE_TURNS = 20
+ROW_LINES = 50
+ROW_CHARS = 8_000
+STEP_CHARS = 50_000
+TAIL_CHARS = 200
 
 
 def result_id(number: int) -> str:
@@ -78,9 +93,58 @@ def _edit_status(result: Result) -> str:
     return "; ".join(parts) or "changed"
 
 
-def result_status(result: Result) -> str:
+@dataclass(frozen=True)
+class ResultFacts:
+    """What a tool row needs of a result, without its whole texts: the first part of what the model was
+    sent, and the length, line count and last line of the full text."""
+
+    inserted_head: str
+    inserted_chars: int
+    full_chars: int
+    full_lines: int
+    full_tail: str
+
+    @classmethod
+    def of(cls, result: Result) -> ResultFacts:
+        """The facts of a result loaded by :func:`rows_queryset`, or of one loaded whole."""
+        annotated = getattr(result, "inserted_head", None)
+        if annotated is not None:
+            tail: str = getattr(result, "full_tail", "")
+            newlines: int = getattr(result, "full_newlines", 0)
+            return cls(
+                inserted_head=annotated,
+                inserted_chars=getattr(result, "inserted_chars", len(annotated)),
+                full_chars=getattr(result, "full_chars", 0),
+                full_lines=newlines + (1 if tail and not tail.endswith("\n") else 0),
+                full_tail=tail,
+            )
+        full = result.full_text
+        newlines = full.count("\n")
+        return cls(
+            inserted_head=result.inserted_text[:ROW_CHARS],
+            inserted_chars=len(result.inserted_text),
+            full_chars=len(full),
+            full_lines=newlines + (1 if full and not full.endswith("\n") else 0),
+            full_tail=full[-TAIL_CHARS:],
+        )
+
+
+def rows_queryset(results: QuerySet[Result]) -> QuerySet[Result]:
+    """``results`` with the first part of their inserted texts and facts of their full texts computed by the
+    database, the whole texts left behind."""
+    return results.defer("inserted_text", "full_text", "arguments").annotate(
+        inserted_head=Substr("inserted_text", 1, ROW_CHARS),
+        inserted_chars=Length("inserted_text"),
+        full_chars=Length("full_text"),
+        full_newlines=Length("full_text") - Length(Replace("full_text", Value("\n"), Value(""))),
+        full_tail=Right("full_text", TAIL_CHARS),
+    )
+
+
+def result_status(result: Result, facts: ResultFacts | None = None) -> str:
     """One line saying how a call went: the lines a read shows, an error's message, an edit's size."""
-    first, _, _ = result.inserted_text.partition("\n")
+    facts = facts or ResultFacts.of(result)
+    first, _, _ = facts.inserted_head.partition("\n")
     bracket = BRACKET_LINE.match(first)
     after = bracket.group(2) if bracket else ""
     if result.kind == ResultKind.READ:
@@ -92,19 +156,32 @@ def result_status(result: Result) -> str:
     if result.kind == ResultKind.EDIT:
         return one_line(_edit_status(result), STATUS_CHARS)
     if result.kind in (ResultKind.LISTING, ResultKind.OUTPUT):
-        lines = count_lines(result.full_text)
-        last = result.full_text.rstrip("\n").rpartition("\n")[2]
+        lines = facts.full_lines
+        last = facts.full_tail.rstrip("\n").rpartition("\n")[2]
         if lines <= 1:
-            return one_line(result.full_text or "no output", STATUS_CHARS)
+            return one_line(facts.full_tail or "no output", STATUS_CHARS)
         status = f"{lines} lines"
         if result.kind == ResultKind.OUTPUT and last.startswith("["):
             status += f", {last}"
-        if len(result.inserted_text) < len(result.full_text):
+        if facts.inserted_chars < facts.full_chars:
             status += ", capped"
         return one_line(status, STATUS_CHARS)
     text = first.strip("[]")
     prefix = result_id(result.number) + " "
     return one_line(text.removeprefix(prefix) if text.startswith(prefix) else text, STATUS_CHARS)
+
+
+def head_lines(text: str, *, lines: int, chars: int) -> tuple[str, bool]:
+    """The first ``lines`` lines of ``text``, at most ``chars`` characters; and whether anything was left out."""
+    cut = text[:chars]
+    position = -1
+    for _ in range(lines):
+        position = cut.find("\n", position + 1)
+        if position < 0:
+            break
+    if position >= 0 and position < len(cut) - 1:
+        return cut[:position], True
+    return cut, len(cut) < len(text)
 
 
 @dataclass
@@ -116,45 +193,81 @@ class ToolRow:
     result: Result | None = None
     rid: str = ""
     status: str = "running…"
+    shown_text: str = ""
+    more: bool = False
+    not_run: bool = False
 
 
 @dataclass
 class StepView:
     step: Step
     rows: list[ToolRow]
+    text: str
+    text_cut: bool
+    reasoning: str
+    reasoning_cut: bool
 
 
-@dataclass
-class LiveText:
-    """What the current step of an open turn has streamed so far (kept in the runner's memory)."""
-
-    text: str = ""
-    reasoning: str = ""
-    calls: list[str] = field(default_factory=list)
+def _cut(text: str) -> tuple[str, bool]:
+    if len(text) <= STEP_CHARS:
+        return text, False
+    return text[: text.rfind("\n", 0, STEP_CHARS) + 1 or STEP_CHARS], True
 
 
 @dataclass
 class TurnView:
     turn: Turn
     steps: list[StepView]
+    running: bool = False
     is_last: bool = False
-    live: LiveText | None = None
+    draft: StepDraft | None = None
+
+    @property
+    def order(self) -> int:
+        return self.turn.number * 2
+
+    @property
+    def words(self) -> str:
+        return _cut(self.turn.words)[0]
+
+    @property
+    def words_cut(self) -> bool:
+        return _cut(self.turn.words)[1]
 
     @property
     def is_open(self) -> bool:
-        return self.turn.status == TurnStatus.OPEN
+        return self.turn.status == TurnStatus.OPEN and self.running
+
+    @property
+    def orphaned(self) -> bool:
+        """Open, but no process is replying: its server stopped (the next reply marks it interrupted)."""
+        return self.turn.status == TurnStatus.OPEN and not self.running
 
     @property
     def failed(self) -> bool:
-        return self.turn.status in (TurnStatus.FAILED, TurnStatus.INTERRUPTED)
+        return self.turn.status in (TurnStatus.FAILED, TurnStatus.INTERRUPTED) or self.orphaned
+
+    @property
+    def error(self) -> str:
+        if self.orphaned:
+            from sessions_app.services.locks import ORPHAN_REASON
+
+            return ORPHAN_REASON
+        return self.turn.error
 
     @property
     def can_retry(self) -> bool:
         return self.failed and self.is_last
 
     @property
+    def live_step(self) -> int:
+        return self.draft.number if self.draft is not None else len(self.steps) + 1
+
+    @property
     def unstepped_text(self) -> str:
         """Text of a stopped or failed reply that no stored step holds (what streamed before it ended)."""
+        if self.orphaned and self.draft is not None:
+            return self.draft.text
         if not self.failed or not self.turn.reply_text:
             return ""
         stepped = "\n\n".join(view.step.text for view in self.steps if view.step.text)
@@ -182,24 +295,34 @@ class CompactionView:
 
     is_compaction = True
 
+    @property
+    def order(self) -> int:
+        return (self.generation.covers_through_turn or 0) * 2 + 1
 
-def tool_rows(step: Step, results: list[Result]) -> list[ToolRow]:
+
+def tool_row(step: Step, position: int, call: dict[str, str], result: Result | None) -> ToolRow:
+    row = ToolRow(
+        dom_id=f"call-{step.pk}-{position}",
+        call_id=str(call.get("id", "")),
+        tool=str(call.get("name", "")),
+        target=call_target(str(call.get("name", "")), str(call.get("arguments", ""))),
+    )
+    if result is not None:
+        facts = ResultFacts.of(result)
+        row.result = result
+        row.rid = result_id(result.number)
+        row.status = result_status(result, facts)
+        row.shown_text, cut = head_lines(facts.inserted_head, lines=ROW_LINES, chars=ROW_CHARS)
+        row.more = cut or facts.inserted_chars > len(facts.inserted_head)
+    return row
+
+
+def tool_rows(step: Step, results: Iterable[Result]) -> list[ToolRow]:
     by_call = {result.call_id: result for result in results}
-    rows: list[ToolRow] = []
-    for position, call in enumerate(step.tool_calls):
-        row = ToolRow(
-            dom_id=f"call-{step.pk}-{position}",
-            call_id=str(call.get("id", "")),
-            tool=str(call.get("name", "")),
-            target=call_target(str(call.get("name", "")), str(call.get("arguments", ""))),
-        )
-        result = by_call.get(row.call_id)
-        if result is not None:
-            row.result = result
-            row.rid = result_id(result.number)
-            row.status = result_status(result)
-        rows.append(row)
-    return rows
+    return [
+        tool_row(step, position, dict(call), by_call.get(str(call.get("id", ""))))
+        for position, call in enumerate(step.tool_calls)
+    ]
 
 
 def row_for_result(result: Result) -> ToolRow | None:
@@ -207,48 +330,82 @@ def row_for_result(result: Result) -> ToolRow | None:
     step = result.step
     if step is None:
         return None
-    for row in tool_rows(step, [result]):
-        if row.call_id == result.call_id:
-            return row
+    for position, call in enumerate(step.tool_calls):
+        if call.get("id") == result.call_id:
+            return tool_row(step, position, dict(call), result)
     return None
 
 
-def turn_view(turn: Turn, *, is_last: bool = False, live: LiveText | None = None) -> TurnView:
-    results = list(turn.results.all())
-    steps = [
-        StepView(step=step, rows=tool_rows(step, [r for r in results if r.step_id == step.pk]))
-        for step in turn.steps.all()
+def step_view(step: Step, results: Iterable[Result]) -> StepView:
+    text, text_cut = _cut(step.text)
+    reasoning, reasoning_cut = _cut(step.reasoning)
+    return StepView(step, tool_rows(step, results), text, text_cut, reasoning, reasoning_cut)
+
+
+def turn_views(turns: Sequence[Turn], *, running: bool, last_number: int | None) -> list[TurnView]:
+    """Views of ``turns`` with their steps, results and drafts in three queries, whatever their number."""
+    ids = [turn.pk for turn in turns]
+    steps: dict[int, list[Step]] = {}
+    for step in Step.objects.filter(turn_id__in=ids).order_by("turn_id", "number"):
+        steps.setdefault(step.turn_id, []).append(step)
+    results: dict[int, list[Result]] = {}
+    for result in rows_queryset(Result.objects.filter(turn_id__in=ids, step__isnull=False)).order_by("number"):
+        assert result.step_id is not None
+        results.setdefault(result.step_id, []).append(result)
+    drafts = {draft.turn_id: draft for draft in StepDraft.objects.filter(turn_id__in=ids).order_by("number")}
+    return [
+        TurnView(
+            turn=turn,
+            steps=[step_view(step, results.get(step.pk, [])) for step in steps.get(turn.pk, [])],
+            running=running,
+            is_last=turn.number == last_number,
+            draft=drafts.get(turn.pk),
+        )
+        for turn in turns
     ]
-    return TurnView(turn=turn, steps=steps, is_last=is_last, live=live if turn.status == TurnStatus.OPEN else None)
 
 
-def live_turns(session: ChatSession) -> list[Turn]:
-    return list(
-        Turn.objects.filter(session=session)
-        .exclude(status=TurnStatus.TAKEN_BACK)
-        .order_by("number")
-        .prefetch_related("steps", "results")
-    )
+def live_turns(session_id: int) -> QuerySet[Turn]:
+    return Turn.objects.filter(session_id=session_id).exclude(status=TurnStatus.TAKEN_BACK)
 
 
-def transcript(session: ChatSession, *, live: LiveText | None = None) -> list[TurnView | CompactionView]:
-    """The live turns, oldest first, with a marker after the last turn each live compaction summarized."""
-    turns = live_turns(session)
-    compactions: dict[int, list[Generation]] = {}
-    for generation in Generation.objects.filter(
-        session=session, taken_back=False, covers_through_turn__isnull=False
-    ).exclude(summary=""):
-        assert generation.covers_through_turn is not None
-        compactions.setdefault(generation.covers_through_turn, []).append(generation)
-    entries: list[TurnView | CompactionView] = []
-    for position, turn in enumerate(turns):
-        entries.append(turn_view(turn, is_last=position == len(turns) - 1, live=live))
-        entries.extend(CompactionView(generation) for generation in compactions.get(turn.number, []))
-    return entries
+def last_live_number(session_id: int) -> int | None:
+    return live_turns(session_id).order_by("-number").values_list("number", flat=True).first()
 
 
-def single_turn(turn: Turn, *, live: LiveText | None = None) -> TurnView:
-    turn = Turn.objects.prefetch_related("steps", "results").get(pk=turn.pk)
-    later = Turn.objects.filter(session_id=turn.session_id, number__gt=turn.number)
-    is_last = not later.exclude(status=TurnStatus.TAKEN_BACK).exists()
-    return turn_view(turn, is_last=is_last, live=live)
+@dataclass
+class TranscriptPage:
+    """The turns a page shows, oldest first, compaction markers among them, and the turn before them."""
+
+    entries: list[TurnView | CompactionView]
+    earlier_than: int | None
+
+
+def compaction_views(session: ChatSession, *, low: int, high: int | None) -> list[CompactionView]:
+    generations = Generation.objects.filter(
+        session=session, taken_back=False, covers_through_turn__isnull=False, covers_through_turn__gte=low
+    ).exclude(summary="")
+    if high is not None:
+        generations = generations.filter(covers_through_turn__lt=high)
+    return [CompactionView(generation) for generation in generations]
+
+
+def transcript_page(
+    session: ChatSession, *, running: bool, before: int | None = None, count: int = PAGE_TURNS
+) -> TranscriptPage:
+    """The last ``count`` live turns (before turn ``before`` where given), with the compactions between."""
+    turns_query = live_turns(session.pk)
+    if before is not None:
+        turns_query = turns_query.filter(number__lt=before)
+    turns = list(reversed(turns_query.order_by("-number")[: count + 1]))
+    earlier = len(turns) > count
+    turns = turns[1:] if earlier else turns
+    views = turn_views(turns, running=running, last_number=last_live_number(session.pk))
+    low = turns[0].number if turns and earlier else 0
+    markers = compaction_views(session, low=low, high=before) if turns else []
+    entries: list[TurnView | CompactionView] = sorted([*views, *markers], key=lambda entry: entry.order)
+    return TranscriptPage(entries=entries, earlier_than=turns[0].number if earlier and turns else None)
+
+
+def single_turn(turn: Turn, *, running: bool) -> TurnView:
+    return turn_views([turn], running=running, last_number=last_live_number(turn.session_id))[0]

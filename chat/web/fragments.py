@@ -1,126 +1,128 @@
-"""The HTML pieces the websocket pushes: each is an element with ``hx-swap-oob`` that htmx's ws extension
-swaps into the page by its id. Streamed text is escaped, never parsed as markup."""
+"""The pieces of the chat page the websocket puts in place: each is one element with an id, rendered by
+the page's own templates, as a :class:`chat.web.messages.Put` (or a ``Remove``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
 
 from chat.web import chart
-from chat.web.display import LiveText, row_for_result, single_turn, transcript
-from sessions_app.models import ChatSession, Mode, ModelRequest, Result, Turn
+from chat.web.display import CompactionView, StepView, ToolRow, TranscriptPage, TurnView
+from chat.web.messages import Put, Remove
+from sessions_app import prompts
+from sessions_app.models import ChatSession, Mode, ModelRequest
+
+CHART_WINDOW_DEFAULT = 8192
 
 
 def _render(template: str, context: dict[str, Any]) -> str:
     return render_to_string(f"chat/{template}", context)
 
 
-def page_context(session: ChatSession, *, live: LiveText | None, running: bool, label: str = "") -> dict[str, Any]:
-    """What the chat page and the full re-sync of a websocket render from."""
-    return {
-        "session": session,
-        "session_id": session.pk,
-        "entries": transcript(session, live=live),
-        "running": running,
-        "label": label,
-        "modes": Mode.choices,
-        "chart": chart_of(session),
-    }
-
-
-def chart_of(session: ChatSession) -> SafeString:
-    requests = ModelRequest.objects.filter(session=session).select_related("turn").order_by("id")
-    return chart.chart_svg(list(requests))
-
-
-def sync(session: ChatSession, *, live: LiveText | None, running: bool, label: str = "") -> str:
-    """Everything that changes on the chat page, to bring a (re)connected tab up to date."""
-    context = page_context(session, live=live, running=running, label=label)
-    return "".join(
-        [
-            format_html('<div id="transcript" hx-swap-oob="innerHTML">{}</div>', _render("_transcript.html", context)),
-            controls(running=running, label=label),
-            _render("_mode.html", {**context, "oob": True}),
-            format_html('<div id="chart" hx-swap-oob="innerHTML">{}</div>', context["chart"]),
-            format_html('<h1 id="session-title" hx-swap-oob="true">{}</h1>', session.title or "New session"),
-        ]
-    )
-
-
-def transcript_html(session: ChatSession) -> str:
-    context = {"session": session, "session_id": session.pk, "entries": transcript(session)}
-    return format_html('<div id="transcript" hx-swap-oob="innerHTML">{}</div>', _render("_transcript.html", context))
-
-
-def turn_appended(turn: Turn) -> str:
-    """A new turn at the end of the transcript, unless the page already shows it."""
-    view = single_turn(turn, live=LiveText())
-    html = _render("_turn.html", {"t": view, "session_id": turn.session_id, "oob": False})
+def _loading(tag: str, dom_id: str, url: str, order: int | None, select: str = "") -> str:
+    """An element that loads itself over HTTP: for what is too large for one websocket message."""
     return format_html(
-        '<div hx-swap-oob="beforeend:#transcript:not(:has(#turn-{}))">{}</div>{}',
-        turn.number,
-        html,
-        title(turn.session_id),
+        '<{} id="{}" class="loading"{} hx-get="{}" hx-trigger="load" hx-swap="outerHTML"{}>Loading…</{}>',
+        tag,
+        dom_id,
+        format_html(' data-order="{}"', order) if order is not None else "",
+        url,
+        format_html(' hx-select="#{}"', select) if select else "",
+        tag,
     )
 
 
-def title(session_id: int) -> str:
-    session = ChatSession.objects.only("title").get(pk=session_id)
-    return format_html('<h1 id="session-title" hx-swap-oob="true">{}</h1>', session.title or "New session")
+def turn_url(session_id: int, number: int) -> str:
+    return reverse("session_turn", args=[session_id, number])
 
 
-def turn_replaced(turn: Turn) -> str:
-    """The whole turn again, as stored: when it finishes, fails or stops."""
-    view = single_turn(turn)
-    return _render("_turn.html", {"t": view, "session_id": turn.session_id, "oob": True})
+def turn_put(view: TurnView) -> Put:
+    turn = view.turn
+    html = _render("_turn.html", {"t": view, "session_id": turn.session_id})
+    lazy = _loading("article", f"turn-{turn.number}", turn_url(turn.session_id, turn.number), view.order)
+    return Put(f"turn-{turn.number}", html, into="transcript", at="order", lazy=lazy)
 
 
-def steps_replaced(turn: Turn) -> str:
-    """The turn's stored steps, and an empty live area for the next step."""
-    view = single_turn(turn, live=LiveText())
-    context = {"t": view, "session_id": turn.session_id, "oob": True, "live": LiveText()}
-    return _render("_steps.html", context) + _render("_live.html", context)
+def step_put(view: StepView, *, session_id: int, turn_number: int, open: bool) -> Put:
+    dom_id = f"step-{view.step.pk}"
+    html = _render("_step.html", {"view": view, "session_id": session_id, "open": open})
+    lazy = _loading("div", dom_id, turn_url(session_id, turn_number), view.step.number, select=dom_id)
+    return Put(dom_id, html, into=f"steps-{turn_number}", at="order", lazy=lazy)
 
 
-def result_row(result: Result) -> str:
-    row = row_for_result(result)
-    if row is None:
-        return ""
-    return _render("_tool_row.html", {"row": row, "session_id": result.session_id, "oob": True})
+def row_put(row: ToolRow, *, session_id: int) -> Put:
+    return Put(row.dom_id, _render("_tool_row.html", {"row": row, "session_id": session_id}))
 
 
-def text_delta(turn_number: int, delta: str) -> str:
-    return format_html('<span hx-swap-oob="beforeend:#stream-{}">{}</span>', turn_number, delta)
+def compaction_put(view: CompactionView) -> Put:
+    dom_id = f"compaction-{view.generation.number}"
+    return Put(dom_id, _render("_compaction.html", {"view": view}), into="transcript", at="order")
 
 
-def reasoning_delta(turn_number: int, delta: str) -> str:
-    return format_html('<span hx-swap-oob="beforeend:#reasoning-{}">{}</span>', turn_number, delta)
+def compaction_remove(number: int) -> Remove:
+    return Remove(f"compaction-{number}")
 
 
-def calling(turn_number: int, name: str) -> str:
-    return format_html('<ul hx-swap-oob="beforeend:#calling-{}"><li>calling {}…</li></ul>', turn_number, name)
+def turn_remove(number: int) -> Remove:
+    return Remove(f"turn-{number}")
 
 
-def chart_replaced(session_id: int) -> str:
-    session = ChatSession(pk=session_id)
-    return format_html('<div id="chart" hx-swap-oob="innerHTML">{}</div>', chart_of(session))
+def transcript_put(page: TranscriptPage, *, session_id: int) -> Put:
+    """The whole transcript of a page again (its last turns), for a page too far behind to catch up."""
+    inner = _render("_transcript.html", {"page": page, "session_id": session_id})
+    html = format_html('<div id="transcript" class="transcript">{}</div>', inner)
+    lazy = format_html(
+        '<div id="transcript" class="transcript" hx-get="{}" hx-trigger="load" hx-swap="innerHTML">Loading…</div>',
+        reverse("session_turns", args=[session_id]),
+    )
+    return Put("transcript", html, lazy=lazy)
 
 
-def controls(*, running: bool, label: str = "") -> str:
-    return _render("_controls.html", {"running": running, "label": label, "oob": True})
+def chart_window(session: ChatSession) -> int:
+    return session.endpoint.context_window or CHART_WINDOW_DEFAULT
 
 
-def mode_control(session: ChatSession) -> str:
-    return _render("_mode.html", {"session": session, "modes": Mode.choices, "oob": True})
+def chart_markup(session: ChatSession, requests: Sequence[ModelRequest], *, more: int, first_index: int) -> str:
+    bars = chart.bars_of(requests, first_index=first_index)
+    return chart.chart_html(
+        bars,
+        window=chart_window(session),
+        auto_at=prompts.rules_config().compaction_auto_at,
+        more=more,
+        full_url=reverse("session_chart", args=[session.pk]),
+    )
 
 
-def notice(text: str, *, level: str = "info", lines: list[str] | None = None) -> str:
-    return _render("_notice.html", {"text": text, "level": level, "lines": lines or [], "oob": True})
+def chart_put(session: ChatSession, requests: Sequence[ModelRequest], *, more: int, first_index: int) -> Put:
+    html = chart_markup(session, requests, more=more, first_index=first_index)
+    return Put("chart", format_html('<div id="chart" class="chart">{}</div>', html))
 
 
-def composer(text: str) -> str:
+def bar_put(bar: chart.Bar, *, window: int) -> Put:
+    html = chart.bar_html(bar, window=window, auto_at=prompts.rules_config().compaction_auto_at)
+    return Put(f"bar-{bar.request.pk}", str(html), into="chart-bars", at="end")
+
+
+def title_put(session: ChatSession) -> Put:
+    return Put("session-title", _render("_title.html", {"session": session}))
+
+
+def controls_put(*, running: bool, label: str = "") -> Put:
+    return Put("controls", _render("_controls.html", {"running": running, "label": label}))
+
+
+def mode_put(session: ChatSession) -> Put:
+    return Put("mode-control", _render("_mode.html", {"session": session, "modes": Mode.choices}))
+
+
+def notice_put(text: str, *, level: str = "info", lines: Sequence[str] = ()) -> Put:
+    return Put("notice", _render("_notice.html", {"text": text, "level": level, "lines": list(lines)}))
+
+
+def composer_put(text: str) -> Put:
     """The message box holding ``text``: undo and rewind give the person their words back."""
-    return _render("_composer_text.html", {"text": text, "oob": True})
+    return Put("composer-text", _render("_composer_text.html", {"text": text, "focus": True}))

@@ -8,11 +8,13 @@ becomes a plain link to its address, so a page never loads a picture from anothe
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
 import nh3
+from django.core.cache import cache as rendered_cache
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
@@ -105,11 +107,22 @@ def sanitize(html: str) -> str:
     )
 
 
+RENDERING_VERSION = 1
+
+
 def markdown_html(text: str) -> SafeString:
-    """``text`` as sanitized HTML: safe to mark safe and put inside an ``hx-disable`` element."""
+    """``text`` as sanitized HTML: safe to mark safe and put inside an ``hx-disable`` element.
+
+    A text is rendered once: the HTML is kept in the cache under the text's hash, for every view after.
+    """
     if not text:
         return mark_safe("")
-    return mark_safe(sanitize(_parser().render(text)))
+    key = f"md:{RENDERING_VERSION}:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()}"
+    html = rendered_cache.get(key)
+    if not isinstance(html, str):
+        html = sanitize(_parser().render(text))
+        rendered_cache.set(key, html, timeout=None)
+    return mark_safe(html)
 
 
 def pygments_css(selector: str = ".md pre") -> str:

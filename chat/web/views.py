@@ -14,14 +14,15 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from chat.agent.model_client import ModelError, list_models
 from chat.tools import tool_list
-from chat.web import fragments, runner
-from chat.web.chart import chart_svg
-from chat.web.display import call_target, result_id, result_status
+from chat.web import fragments
+from chat.web.display import call_target, result_id, result_status, single_turn, transcript_page
 from chat.web.forms import NewSessionForm, RenameForm
+from chat.web.sync import chart_requests
 from sessions_app import prompts
 from sessions_app.hygiene import count_lines, line_window
-from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Turn, TurnStatus
+from sessions_app.models import ChatSession, Mode, ModelEndpoint, ModelRequest, RequestStatus, Turn
 from sessions_app.selectors.sessions import result_get, session_get, session_list
+from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_delete, session_rename, session_start
 
 CONTENT_SECURITY_POLICY = "; ".join(
@@ -108,10 +109,44 @@ def session_new(request: HttpRequest) -> HttpResponse:
 @require_GET
 def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _session(request, session_id)
-    state = runner.page_state(session)
-    context = fragments.page_context(session, live=state.live, running=state.running, label=state.label)
-    context["ws_path"] = f"/ws/sessions/{session.pk}/"
+    revision = session.revision
+    running = reply_running(session)
+    requests, more, first_index = chart_requests(session)
+    context = {
+        "session": session,
+        "session_id": session.pk,
+        "rev": revision,
+        "page": transcript_page(session, running=running),
+        "running": running,
+        "modes": Mode.choices,
+        "chart": fragments.chart_markup(session, requests, more=more, first_index=first_index),
+        "ws_path": f"/ws/sessions/{session.pk}/",
+    }
     return render(request, "chat/session.html", context)
+
+
+@page
+@require_GET
+def session_turns(request: HttpRequest, session_id: int) -> HttpResponse:
+    """The turns before ``?before=N`` (or the last ones), for a page scrolled up to its oldest turn."""
+    session = _session(request, session_id)
+    before = request.GET.get("before", "")
+    page_of = transcript_page(session, running=reply_running(session), before=int(before) if before.isdigit() else None)
+    return render(request, "chat/_transcript.html", {"page": page_of, "session_id": session.pk})
+
+
+@page
+@require_GET
+def session_turn(request: HttpRequest, session_id: int, number: int) -> HttpResponse:
+    """One turn of the session, for a page that could not be sent it whole over the websocket."""
+    session = _session(request, session_id)
+    turn = Turn.objects.filter(session=session, number=number).first()
+    if turn is None:
+        raise Http404("No such turn.")
+    view = single_turn(turn, running=reply_running(session))
+    if request.GET.get("whole"):
+        return render(request, "chat/turn_whole.html", {"session": session, "turn": turn, "t": view})
+    return render(request, "chat/_turn.html", {"t": view, "session_id": session.pk})
 
 
 @page
@@ -130,10 +165,7 @@ def session_rename_view(request: HttpRequest, session_id: int) -> HttpResponse:
 @require_POST
 def session_delete_view(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _session(request, session_id)
-    busy = (
-        runner.current(session.pk) is not None or Turn.objects.filter(session=session, status=TurnStatus.OPEN).exists()
-    )
-    if busy:
+    if reply_running(session):
         message = "A reply is running in this session; stop it before deleting the session."
         if request.headers.get("HX-Request"):
             return render(request, "chat/_session_item.html", {"session": session, "error": message})
@@ -147,9 +179,16 @@ def session_delete_view(request: HttpRequest, session_id: int) -> HttpResponse:
 @page
 @require_GET
 def session_chart(request: HttpRequest, session_id: int) -> HttpResponse:
+    """Every request of the session on the chart, where the session page shows the last ones."""
     session = _session(request, session_id)
-    requests = ModelRequest.objects.filter(session=session).select_related("turn").order_by("id")
-    return HttpResponse(chart_svg(list(requests)), content_type="image/svg+xml")
+    requests = list(
+        ModelRequest.objects.filter(session=session)
+        .exclude(status=RequestStatus.SENDING)
+        .select_related("turn")
+        .order_by("id")
+    )
+    chart = fragments.chart_markup(session, requests, more=0, first_index=1)
+    return render(request, "chat/chart.html", {"session": session, "chart": chart})
 
 
 def _positive(value: str | None, default: int) -> int:

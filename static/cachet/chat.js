@@ -1,12 +1,155 @@
-// The chat page's own behaviour; everything else is htmx and its ws extension.
-// Enter sends and Shift+Enter makes a new line; the box empties once a message is sent and takes
-// the focus back when undo returns its words; the transcript follows new text while you are at its
-// end; the connection state shows in the header.
+// The chat page's own behaviour; the rest is htmx and its ws extension.
+//
+// The websocket sends JSON messages (chat/web/messages.py): "ops" put elements in place by their id or
+// remove them, "live" carries the text of the step being streamed with its offset, "rev" is the session
+// revision the page now shows. A tab says hello when its socket opens (what revision it shows, its oldest
+// turn, its last chart bar) and gets back only what it lacks.
+//
+// Enter sends and Shift+Enter makes a new line; the box empties once a message is sent and takes the focus
+// back when undo returns its words; the transcript follows new text while you are at its end; the
+// connection state shows in the header.
 (function () {
   "use strict";
 
+  var BAR_LIMIT = 120;
+  var liveAskedAt = 0;
+
+  function chat() { return document.getElementById("chat"); }
   function box() { return document.getElementById("composer-text"); }
   function sendButton() { return document.getElementById("send-button"); }
+
+  function elementOf(html) {
+    var template = document.createElement("template");
+    template.innerHTML = html;
+    return template.content.firstElementChild;
+  }
+
+  function insertOrdered(parent, element) {
+    var order = parseFloat(element.dataset.order || "0");
+    var children = parent.children;
+    for (var i = 0; i < children.length; i++) {
+      var other = children[i];
+      if (other.dataset && other.dataset.order !== undefined && parseFloat(other.dataset.order) > order) {
+        parent.insertBefore(element, other);
+        return;
+      }
+    }
+    parent.appendChild(element);
+  }
+
+  function put(op) {
+    var element = elementOf(op.html);
+    if (!element) return;
+    var existing = document.getElementById(op.id);
+    if (existing) {
+      existing.replaceWith(element);
+    } else if (op.into) {
+      var parent = document.getElementById(op.into);
+      if (!parent) return;
+      if (op.at === "start") parent.insertBefore(element, parent.firstChild);
+      else if (op.at === "order") insertOrdered(parent, element);
+      else parent.appendChild(element);
+      if (op.into === "chart-bars") {
+        while (parent.children.length > BAR_LIMIT) parent.removeChild(parent.firstElementChild);
+      }
+    } else {
+      return;
+    }
+    htmx.process(element);
+    if (element.id === "composer-text" && element.dataset.focus) {
+      element.focus();
+      element.setSelectionRange(element.value.length, element.value.length);
+    }
+  }
+
+  function remove(op) {
+    var existing = document.getElementById(op.id);
+    if (existing) existing.remove();
+  }
+
+  function askLive() {
+    var now = Date.now();
+    if (now - liveAskedAt < 2000) return;
+    liveAskedAt = now;
+    send({ type: "live" });
+  }
+
+  function appendAt(element, text, at) {
+    if (!element || text === undefined) return;
+    if (element.cachetLength === undefined) element.cachetLength = element.textContent.length;
+    var have = element.cachetLength;
+    if (at > have) { askLive(); return; }
+    if (at + text.length <= have) return;
+    var fresh = text.slice(have - at);
+    element.appendChild(document.createTextNode(fresh));
+    element.cachetLength = have + fresh.length;
+  }
+
+  function clear(element) {
+    if (!element) return;
+    element.textContent = "";
+    element.cachetLength = 0;
+  }
+
+  function applyLive(live) {
+    var area = document.getElementById("live-" + live.turn);
+    if (!area) return;
+    var stream = area.querySelector(".stream");
+    var reasoning = area.querySelector(".live-reasoning-text");
+    var calls = area.querySelector(".calling");
+    var step = parseInt(area.dataset.step || "0", 10);
+    if (live.step < step) return;
+    if (live.step > step || live.reset) {
+      area.dataset.step = String(live.step);
+      clear(stream); clear(reasoning);
+      if (calls) calls.textContent = "";
+    }
+    (live.calls || []).forEach(function (name) {
+      if (!calls) return;
+      var item = document.createElement("li");
+      item.textContent = "calling " + name + "…";
+      calls.appendChild(item);
+    });
+    appendAt(stream, live.text, live.text_at || 0);
+    appendAt(reasoning, live.reasoning, live.reasoning_at || 0);
+  }
+
+  function apply(message) {
+    (message.ops || []).forEach(function (op) {
+      if (op.op === "put") put(op); else if (op.op === "remove") remove(op);
+    });
+    if (message.live) applyLive(message.live);
+    var page = chat();
+    if (page && message.rev !== undefined && message.rev > parseInt(page.dataset.rev || "0", 10)) {
+      page.dataset.rev = String(message.rev);
+    }
+  }
+
+  htmx.defineExtension("cachet", {
+    transformResponse: function (text, xhr) {
+      if (xhr) return text;
+      var message;
+      try { message = JSON.parse(text); } catch (error) { return text; }
+      apply(message);
+      return "";
+    }
+  });
+
+  var socket = null;
+  function send(data) {
+    if (socket) socket.send(JSON.stringify(data), chat());
+  }
+
+  function lastBar() {
+    var bars = document.querySelectorAll("#chart-bars .chart-bar");
+    if (!bars.length) return 0;
+    return parseInt(bars[bars.length - 1].id.replace("bar-", ""), 10) || 0;
+  }
+
+  function firstTurn() {
+    var turn = document.querySelector("#transcript article.turn");
+    return turn ? parseInt(turn.dataset.turn, 10) : 0;
+  }
 
   document.addEventListener("keydown", function (event) {
     var target = event.target;
@@ -40,21 +183,20 @@
     if (transcriptEnd) window.scrollTo(0, document.body.scrollHeight);
   });
 
-  htmx.onLoad(function (element) {
-    if (element.id === "composer-text" && element.dataset.focus) {
-      element.focus();
-      element.setSelectionRange(element.value.length, element.value.length);
-    }
-  });
-
   function status(state, text) {
     var badge = document.getElementById("ws-status");
     if (!badge) return;
     badge.dataset.state = state;
     badge.textContent = text;
   }
-  document.addEventListener("htmx:wsOpen", function () { status("open", "live"); });
+  document.addEventListener("htmx:wsOpen", function (event) {
+    socket = event.detail.socketWrapper;
+    status("open", "live");
+    var page = chat();
+    send({ type: "hello", rev: parseInt(page.dataset.rev || "0", 10), first: firstTurn(), bar: lastBar() });
+  });
   document.addEventListener("htmx:wsClose", function (event) {
+    socket = null;
     var code = event.detail && event.detail.event ? event.detail.event.code : 0;
     if (code === 4404) status("gone", "this session is not yours or no longer exists");
     else if (code === 4401) status("gone", "logged out: reload the page");

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from chat.testing.scripted_server import ScriptedServer
-from chat.web import runner
+from chat.web import jobs
 from sessions_app.models import ModelEndpoint, Workspace
 from tests.browser.browser_kit import CHROMIUM, CHROMIUM_ARGS, PASSWORDS, Browser, World
 
@@ -81,6 +81,6 @@ def browser(world: World) -> Iterator[Browser]:
             context.close()
         chromium.close()
         playwright.stop()
-        runner.wait_idle(timeout=20, cancel=True)
+        jobs.wait_idle(timeout=20, cancel=True)
     assert held.foreign_requests() == [], "a page asked another host"
     assert held.errors == [], "a page logged an error"

@@ -325,6 +325,10 @@ def test_a_reply_started_in_one_process_streams_to_and_is_stopped_from_another(
         first.fill("#composer-text", "Tell me a long story")
         first.press("#composer-text", "Enter")
         streaming(second, 2, "story5 ", "story399")
+        # a tab of process B that reloads mid-reply shows what the step streamed before it came back:
+        # process A, which runs the reply, sends it through Redis
+        second.reload()
+        streaming(second, 2, "story0 story1 story2 ", "story399")
         expect(second.locator("#stop-button")).to_be_enabled()
         second.click("#stop-button")
         for page in (second, first):
@@ -333,7 +337,6 @@ def test_a_reply_started_in_one_process_streams_to_and_is_stopped_from_another(
             expect(page.locator("#controls")).to_have_attribute("data-state", "idle")
         turn = in_thread(lambda: Turn.objects.get(session_id=session_id, number=2))
         assert turn.status == TurnStatus.INTERRUPTED
-        assert turn.cancel_requested is True
         assert "story5 " in turn.reply_text and "story399" not in turn.reply_text
         assert len(setup.model.requests) == 3
         # the suite's check that no request broke the prompt prefix unexpectedly only sees this process's rows

@@ -60,7 +60,7 @@ def test_a_session_with_turns_results_and_generations_can_be_deleted(chat_sessio
     result_insert(
         turn=turn, step=None, call_id="c", tool="run", arguments={}, arguments_raw="{}", outcome=OutputOutcome(text="x")
     )
-    turn_finish(turn=turn, reply_text="done")
+    turn_finish(turn=turn)
     compaction_apply(session=chat_session, summary="We ran x.")
     session_delete(session=chat_session)
     assert not ChatSession.objects.filter(pk=chat_session.pk).exists()

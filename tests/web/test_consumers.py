@@ -1,12 +1,12 @@
 """The chat websocket, through the whole ASGI stack (origin check, session auth, routing), against the
-scripted model server; the runner's threads do the replies."""
+scripted model server; jobs' threads do the replies."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -19,13 +19,13 @@ from django.test import Client
 
 from cachet.asgi import application
 from chat.testing.scripted_server import ScriptedServer, Step
-from chat.web import runner
+from chat.web import jobs
+from chat.web.messages import MESSAGE_LIMIT
 from sessions_app.models import ChatSession, Turn, TurnStatus
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
 LONG = " ".join(f"w{n}" for n in range(150))
-STREAM_DELTA = re.compile(r'^<span hx-swap-oob="beforeend:#stream-(\d+)">(.*)</span>$', re.S)
 
 
 def cookie_for(user: Any) -> str:
@@ -54,6 +54,46 @@ async def fresh_layer() -> AsyncIterator[None]:
     await settle()
 
 
+@dataclass
+class Got:
+    """The messages a tab received, decoded, and the page they build: element ids put and removed, live text."""
+
+    raw: list[str] = field(default_factory=list)
+    puts: dict[str, str] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+    text: dict[tuple[int, int], str] = field(default_factory=dict)
+    live_messages: int = 0
+    gaps: int = 0
+    rev: int = 0
+
+    def take(self, raw: str) -> dict[str, Any]:
+        self.raw.append(raw)
+        message: dict[str, Any] = json.loads(raw)
+        for op in message.get("ops", []):
+            if op["op"] == "put":
+                self.puts[op["id"]] = op["html"]
+            else:
+                self.removed.append(op["id"])
+        live = message.get("live")
+        if live is not None:
+            self.live_messages += 1
+            key = (live["turn"], live["step"])
+            if live.get("reset"):
+                self.text[key] = ""
+            have = self.text.get(key, "")
+            if "text" in live:
+                at = live["text_at"]
+                if at > len(have):
+                    self.gaps += 1  # as the page does: it drops the piece and asks for the live text
+                elif at + len(live["text"]) > len(have):
+                    self.text[key] = have[:at] + live["text"]
+        self.rev = max(self.rev, message.get("rev", 0))
+        return message
+
+    def html(self) -> str:
+        return "".join(self.raw)
+
+
 def socket(session_id: int, cookie: str | None, *, origin: str = "http://127.0.0.1:8000") -> WebsocketCommunicator:
     headers = [(b"origin", origin.encode()), (b"host", b"127.0.0.1:8000")]
     if cookie:
@@ -61,32 +101,40 @@ def socket(session_id: int, cookie: str | None, *, origin: str = "http://127.0.0
     return WebsocketCommunicator(application, f"/ws/sessions/{session_id}/", headers=headers)
 
 
-async def connected(session_id: int, cookie: str) -> tuple[WebsocketCommunicator, str]:
+def controls(message: dict[str, Any]) -> bool:
+    return any(op.get("id") == "controls" for op in message.get("ops", []))
+
+
+def idle(message: dict[str, Any]) -> bool:
+    return any(op.get("id") == "controls" and 'data-state="idle"' in op["html"] for op in message.get("ops", []))
+
+
+async def until(
+    communicator: WebsocketCommunicator, got: Got, done: Callable[[dict[str, Any]], bool], *, timeout: float = 15
+) -> Got:
+    """Take messages until one satisfies ``done`` (included)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            raw = await communicator.receive_from(timeout=timeout)
+            assert len(raw.encode()) <= MESSAGE_LIMIT
+            if done(got.take(raw)):
+                return got
+
+
+async def connected(
+    session_id: int, cookie: str, *, rev: int = 0, first: int = 0, bar: int = 0
+) -> tuple[WebsocketCommunicator, Got]:
+    """A tab that says hello as the page does, with what it has received in answer."""
     communicator = socket(session_id, cookie)
     ok, _ = await communicator.connect()
     assert ok
-    first = await communicator.receive_from(timeout=10)
-    assert 'id="transcript" hx-swap-oob="innerHTML"' in first
-    return communicator, first
-
-
-async def until(communicator: WebsocketCommunicator, done: Callable[[str], bool], *, timeout: float = 15) -> list[str]:
-    """Messages received until one satisfies ``done`` (included)."""
-    seen: list[str] = []
-    async with asyncio.timeout(timeout):
-        while True:
-            message = await communicator.receive_from(timeout=timeout)
-            seen.append(message)
-            if done(message):
-                return seen
-
-
-def idle(message: str) -> bool:
-    return 'id="controls" data-state="idle"' in message
+    await communicator.send_json_to({"type": "hello", "rev": rev, "first": first, "bar": bar})
+    got = await until(communicator, Got(rev=rev), controls)
+    return communicator, got
 
 
 async def settle() -> None:
-    await sync_to_async(runner.wait_idle)(20, cancel=True)
+    await sync_to_async(jobs.wait_idle)(20, cancel=True)
 
 
 async def test_anonymous_is_refused(live_session: ChatSession) -> None:
@@ -111,51 +159,69 @@ async def test_another_user_is_closed_with_4404(live_session: ChatSession, bob_c
     assert ok and (await missing.receive_output(timeout=5))["code"] == 4404
 
 
-async def test_a_reply_streams_token_by_token_and_ends_stored(
+async def test_a_reply_streams_in_coalesced_pieces_and_ends_stored(
     live_session: ChatSession, ada_cookie: str, model: ScriptedServer
 ) -> None:
     model.push(
         Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})], chunk_size=2),
-        Step(text="It has **30** lines.", reasoning="Count them.", chunk_size=2),
+        Step(text="It has **30** lines. " + LONG, reasoning="Count them.", chunk_size=2, delay=0.005),
     )
-    communicator, _ = await connected(live_session.pk, ada_cookie)
+    communicator, got = await connected(live_session.pk, ada_cookie)
     await communicator.send_json_to({"type": "send", "text": "How long?", "HEADERS": {"HX-Request": "true"}})
-    messages = await until(communicator, idle)
-    deltas = [m for m in messages if STREAM_DELTA.match(m)]
-    assert "".join(STREAM_DELTA.match(m).group(2) for m in deltas) == "Reading.It has **30** lines."  # type: ignore[union-attr]
-    assert len(deltas) > 5
-    joined = "".join(messages)
-    assert "beforeend:#transcript:not(:has(#turn-1))" in joined
-    assert '<li class="tool kind-read" id="call-' in joined and "#0001" in joined
-    assert 'id="chart" hx-swap-oob="innerHTML"' in joined
-    assert '<article class="turn" id="turn-1" data-turn="1" data-status="done" hx-swap-oob="true">' in joined
-    assert "<strong>30</strong>" in joined
-    assert '<span hx-swap-oob="beforeend:#reasoning-1">Co</span>' in joined
-    assert '<ul hx-swap-oob="beforeend:#calling-1"><li>calling read…</li></ul>' in joined
-    final = next(m for m in messages if 'data-status="done" hx-swap-oob="true"' in m)
-    assert '<details class="reasoning"><summary>Reasoning</summary>' in final and "Count them." in final
+    await until(communicator, got, idle)
+    assert got.text[(1, 1)] == "Reading."
+    assert got.text[(1, 2)] == "It has **30** lines. " + LONG
+    pieces = len("It has **30** lines. " + LONG) // 2
+    assert got.live_messages < pieces / 2, "deltas of about 50 ms go out as one message"
+    assert 'id="turn-1"' in got.puts["turn-1"] and 'data-status="done"' in got.puts["turn-1"]
+    assert "<strong>30</strong>" in got.puts["turn-1"] and "Count them." in got.puts["turn-1"]
+    assert any(key.startswith("call-") and "#0001" in html for key, html in got.puts.items())
+    assert any(key.startswith("bar-") for key in got.puts), "each request appends a bar"
+    assert "chart" not in got.puts, "the chart is never sent again whole"
     turn = await database_sync_to_async(Turn.objects.get)(session=live_session)
-    assert turn.status == TurnStatus.DONE and turn.reply_text == "Reading.\n\nIt has **30** lines."
+    assert turn.status == TurnStatus.DONE and turn.reply_text == "Reading.\n\nIt has **30** lines. " + LONG
+    assert got.rev == turn.revision
     await communicator.disconnect()
+
+
+async def test_a_tab_that_reconnects_gets_only_what_it_lacks(
+    live_session: ChatSession, ada_cookie: str, model: ScriptedServer
+) -> None:
+    model.push(Step(text="One."), Step(text="Two."))
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    await communicator.send_json_to({"type": "send", "text": "First"})
+    await until(communicator, got, idle)
+    first_bar = max(int(key.removeprefix("bar-")) for key in got.puts if key.startswith("bar-"))
+    seen = got.rev
+    await communicator.disconnect()
+    up_to_date, again = await connected(live_session.pk, ada_cookie, rev=seen, first=1, bar=first_bar)
+    assert set(again.puts) == {"controls", "mode-control", "session-title"}, "nothing of the transcript again"
+    assert sum(len(raw) for raw in again.raw) < 4000
+    await up_to_date.send_json_to({"type": "send", "text": "Second"})
+    await until(up_to_date, again, idle)
+    await up_to_date.disconnect()
+    late, caught = await connected(live_session.pk, ada_cookie, rev=seen, first=1, bar=first_bar)
+    assert "turn-2" in caught.puts and "turn-1" not in caught.puts
+    assert [key for key in caught.puts if key.startswith("bar-")] == [f"bar-{first_bar + 1}"]
+    await late.disconnect()
 
 
 async def test_a_second_send_while_a_reply_runs_is_refused(
     live_session: ChatSession, ada_cookie: str, model: ScriptedServer
 ) -> None:
     model.push(Step(text=LONG, chunk_size=3, delay=0.02))
-    communicator, _ = await connected(live_session.pk, ada_cookie)
+    communicator, got = await connected(live_session.pk, ada_cookie)
     await communicator.send_json_to({"type": "send", "text": "Long one"})
-    await until(communicator, lambda m: STREAM_DELTA.match(m) is not None)
+    await until(communicator, got, lambda m: "live" in m)
     await communicator.send_json_to({"type": "send", "text": "Impatient"})
-    messages = await until(communicator, lambda m: "notice" in m and "already running" in m)
-    assert "A reply is already running in this session; wait for it or stop it first." in messages[-1]
-    back = await until(communicator, lambda m: 'id="composer-text"' in m)
-    assert ">Impatient</textarea>" in back[-1]
+    await until(communicator, got, lambda m: "already running" in json.dumps(m))
+    await until(communicator, got, lambda m: any(op.get("id") == "composer-text" for op in m.get("ops", [])))
+    assert ">Impatient</textarea>" in got.puts["composer-text"]
     for kind in ("undo", "regenerate", "compact"):
         await communicator.send_json_to({"type": kind})
-        await until(communicator, lambda m: "already running" in m)
+        await until(communicator, got, lambda m: "already running" in json.dumps(m))
     await communicator.send_json_to({"type": "stop"})
-    await until(communicator, idle)
+    await until(communicator, got, idle)
     turns = await database_sync_to_async(lambda: list(Turn.objects.values_list("words", "status")))()
     assert turns == [("Long one", TurnStatus.INTERRUPTED)]
     await communicator.disconnect()
@@ -165,12 +231,12 @@ async def test_stop_cancels_the_reply_and_keeps_what_came(
     live_session: ChatSession, ada_cookie: str, model: ScriptedServer
 ) -> None:
     model.push(Step(text=LONG, chunk_size=3, delay=0.02))
-    communicator, _ = await connected(live_session.pk, ada_cookie)
+    communicator, got = await connected(live_session.pk, ada_cookie)
     await communicator.send_json_to({"type": "send", "text": "Long one"})
-    await until(communicator, lambda m: STREAM_DELTA.match(m) is not None)
+    await until(communicator, got, lambda m: "live" in m)
     await communicator.send_json_to({"type": "stop"})
-    messages = await until(communicator, idle)
-    assert any('data-status="interrupted"' in m and "Stopped." in m for m in messages)
+    await until(communicator, got, idle)
+    assert 'data-status="interrupted"' in got.puts["turn-1"] and "Stopped." in got.puts["turn-1"]
     turn = await database_sync_to_async(Turn.objects.get)(session=live_session)
     assert turn.status == TurnStatus.INTERRUPTED and turn.reply_text.startswith("w0 w1")
     assert not turn.reply_text.endswith("w149")
@@ -181,49 +247,60 @@ async def test_the_reply_goes_on_without_the_tab_and_a_new_tab_catches_up_withou
     live_session: ChatSession, ada_cookie: str, model: ScriptedServer
 ) -> None:
     model.push(Step(text=LONG, chunk_size=2, delay=0.01))
-    first, _ = await connected(live_session.pk, ada_cookie)
+    first, got = await connected(live_session.pk, ada_cookie)
     await first.send_json_to({"type": "send", "text": "Long one"})
-    await until(first, lambda m: STREAM_DELTA.match(m) is not None)
+    await until(first, got, lambda m: "live" in m)
     await first.disconnect()  # the tab closes; the reply goes on
     await asyncio.sleep(0.2)
-    second, sync = await connected(live_session.pk, ada_cookie)
-    shown = re.search(r'<div class="stream" id="stream-1" hx-disable>(.*?)</div>', sync, re.S)
-    assert shown is not None and shown.group(1)
-    text = shown.group(1)
-    messages = await until(second, lambda m: 'data-status="done" hx-swap-oob="true"' in m)
-    for message in messages:
-        match = STREAM_DELTA.match(message)
-        if match:
-            text += match.group(2)
-    assert text == LONG
-    await until(second, idle)
+    second, caught = await connected(live_session.pk, ada_cookie, rev=got.rev, first=1)
+    await until(second, caught, lambda m: bool(m.get("live", {}).get("reset")))
+    assert caught.text[(1, 1)], "the running reply sends what the step streamed so far"
+    await until(second, caught, idle)
+    assert caught.text[(1, 1)] == LONG
+    assert 'data-status="done"' in caught.puts["turn-1"]
     await second.disconnect()
+
+
+async def test_no_message_is_larger_than_the_limit_whatever_the_reply(
+    live_session: ChatSession, ada_cookie: str, model: ScriptedServer
+) -> None:
+    huge = "\n".join(f"line {n} " + "x" * 90 for n in range(12_000))
+    model.push(Step(text=huge, chunk_size=20_000))
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    await communicator.send_json_to({"type": "send", "text": "Say a lot"})
+    await until(communicator, got, idle, timeout=60)
+    assert all(len(raw.encode()) <= MESSAGE_LIMIT for raw in got.raw)
+    assert len(huge) > 1_000_000
+    assert got.text[(1, 1)] == huge
+    await communicator.disconnect()
+    late, caught = await connected(live_session.pk, ada_cookie)
+    assert "turn-1" in caught.puts
+    assert all(len(raw.encode()) <= MESSAGE_LIMIT for raw in caught.raw)
+    await late.disconnect()
 
 
 async def test_undo_gives_the_words_back_and_rewind_checks_its_turn(
     live_session: ChatSession, ada_cookie: str, model: ScriptedServer
 ) -> None:
     model.push(Step(text="One."), Step(text="Two."))
-    communicator, _ = await connected(live_session.pk, ada_cookie)
+    communicator, got = await connected(live_session.pk, ada_cookie)
     for words in ("First", "Second"):
         await communicator.send_json_to({"type": "send", "text": words})
-        await until(communicator, idle)
+        await until(communicator, got, idle)
     await communicator.send_json_to({"type": "undo", "restore": "1"})
-    messages = await until(communicator, lambda m: "Took back turn 2." in m)
-    joined = "".join(messages)
-    assert ">Second</textarea>" in joined
-    transcript = next(m for m in messages if m.startswith('<div id="transcript"'))
-    assert 'id="turn-1"' in transcript and 'id="turn-2"' not in transcript
-    await until(communicator, idle)
+    await until(communicator, got, lambda m: "Took back turn 2." in json.dumps(m))
+    assert ">Second</textarea>" in got.puts["composer-text"]
+    assert got.removed == ["turn-2"]
+    await until(communicator, got, idle)
     await communicator.send_json_to({"type": "rewind", "turn": 7})
-    messages = await until(communicator, lambda m: "has no live turn 7" in m)
-    await until(communicator, idle)
+    await until(communicator, got, lambda m: "has no live turn 7" in json.dumps(m))
+    await until(communicator, got, idle)
     await communicator.send_json_to({"type": "rewind", "turn": "x"})
-    await until(communicator, lambda m: "Rewind needs the number of a turn." in m)
+    await until(communicator, got, lambda m: "Rewind needs the number of a turn." in json.dumps(m))
     await communicator.send_json_to({"type": "rewind", "turn": 1})
-    messages = await until(communicator, lambda m: "Took back turn 1." in m)
-    assert ">First</textarea>" in "".join(messages)
-    await until(communicator, idle)
+    await until(communicator, got, lambda m: "Took back turn 1." in json.dumps(m))
+    assert ">First</textarea>" in got.puts["composer-text"]
+    await until(communicator, got, idle)
     await communicator.disconnect()
 
 
@@ -231,27 +308,26 @@ async def test_mode_size_and_malformed_messages(
     live_session: ChatSession, ada_cookie: str, settings: Any, model: ScriptedServer
 ) -> None:
     settings.CACHET_MAX_MESSAGE_BYTES = 1000
-    communicator, _ = await connected(live_session.pk, ada_cookie)
-    watcher, _ = await connected(live_session.pk, ada_cookie)
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    watcher, theirs = await connected(live_session.pk, ada_cookie)
+    theirs.puts.clear()
     await communicator.send_json_to({"type": "mode", "mode": "plan"})
-    await until(communicator, lambda m: "takes effect as a note" in m)
-    mine = await until(communicator, lambda m: 'id="mode-control"' in m)
-    assert '<option value="plan" selected>' in mine[-1]
-    theirs = await until(watcher, lambda m: 'id="mode-control"' in m)
-    assert '<option value="plan" selected>' in theirs[-1]
+    await until(communicator, got, lambda m: "takes effect as a note" in json.dumps(m))
+    await until(watcher, theirs, lambda m: any(op.get("id") == "mode-control" for op in m.get("ops", [])))
+    assert '<option value="plan" selected>' in theirs.puts["mode-control"]
     assert (await database_sync_to_async(ChatSession.objects.get)(pk=live_session.pk)).mode == "plan"
     await communicator.send_json_to({"type": "mode", "mode": "root"})
-    await until(communicator, lambda m: "Unknown mode" in m)
+    await until(communicator, got, lambda m: "Unknown mode" in json.dumps(m))
     await communicator.send_json_to({"type": "send", "text": "x" * 2000})
-    await until(communicator, lambda m: "the most Cachet takes is 1000 bytes" in m)
+    await until(communicator, got, lambda m: "the most Cachet takes is 1000 bytes" in json.dumps(m))
     await communicator.send_to(text_data="not json")
-    await until(communicator, lambda m: "not JSON" in m)
+    await until(communicator, got, lambda m: "not JSON" in json.dumps(m))
     await communicator.send_to(text_data="[1, 2]")
-    await until(communicator, lambda m: "not an object" in m)
+    await until(communicator, got, lambda m: "not an object" in json.dumps(m))
     await communicator.send_json_to({"type": "launch"})
-    await until(communicator, lambda m: "does not know the request" in m)
+    await until(communicator, got, lambda m: "does not know the request" in json.dumps(m))
     await communicator.send_json_to({"type": "send", "text": "   "})
-    await until(communicator, lambda m: "Write a message first." in m)
+    await until(communicator, got, lambda m: "Write a message first." in json.dumps(m))
     assert model.requests == []
     assert await database_sync_to_async(Turn.objects.count)() == 0
     await communicator.disconnect()
@@ -277,19 +353,19 @@ async def test_a_deleted_session_closes_its_socket(live_session: ChatSession, ad
 
 async def test_a_failed_reply_and_compaction(live_session: ChatSession, ada_cookie: str, model: ScriptedServer) -> None:
     model.push(Step(fault="http500", text="exploded"))
-    communicator, _ = await connected(live_session.pk, ada_cookie)
+    communicator, got = await connected(live_session.pk, ada_cookie)
     await communicator.send_json_to({"type": "send", "text": "Hi"})
-    messages = await until(communicator, idle)
-    final = next(m for m in messages if 'data-status="failed"' in m)
-    assert "exploded" in final and 'class="retry"' in final
+    await until(communicator, got, idle)
+    assert 'data-status="failed"' in got.puts["turn-1"]
+    assert "exploded" in got.puts["turn-1"] and 'class="retry"' in got.puts["turn-1"]
     model.push(Step(text="Summary of it."))
     await communicator.send_json_to({"type": "compact"})
-    messages = await until(communicator, idle)
-    joined = "".join(messages)
-    assert "Compacted" in joined and 'class="compaction"' in joined
+    await until(communicator, got, idle)
+    assert 'class="compaction"' in got.puts["compaction-2"]
+    assert "Compacted" in got.puts["notice"]
     await communicator.send_json_to({"type": "compact"})
-    await until(communicator, lambda m: "nothing to compact" in m.lower() or "no summary" in m.lower())
-    await until(communicator, idle)
+    await until(communicator, got, lambda m: "nothing to compact" in json.dumps(m).lower())
+    await until(communicator, got, idle)
     await communicator.disconnect()
     await settle()
     assert json.loads(model.requests[-1])["messages"][-1]["role"] == "user"

@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from chat.web.chart import chart_svg, nice_ceiling
+from chat.web.chart import bar_html, bars_of, chart_html, ttft_y
 from chat.web.display import call_target, result_status
 from chat.web.rendering import ALLOWED_ATTRIBUTES, ALLOWED_TAGS, CODE_CLASSES, markdown_html
 from sessions_app.models import BreakCause, ModelRequest, RequestStatus, Result, ResultKind
@@ -128,6 +128,10 @@ def make_request(pk: int, **fields: object) -> ModelRequest:
     return ModelRequest(**defaults)
 
 
+def chart_of(requests: list[ModelRequest], *, window: int = 2400) -> str:
+    return str(chart_html(bars_of(requests), window=window, auto_at=0.8))
+
+
 def test_the_chart_has_one_bar_per_finished_request_with_tooltips_and_causes() -> None:
     requests = [
         make_request(1, break_cause=BreakCause.FIRST, cached_tokens=0),
@@ -137,32 +141,42 @@ def test_the_chart_has_one_bar_per_finished_request_with_tooltips_and_causes() -
         make_request(5, status=RequestStatus.SENDING),
         make_request(6, cached_tokens=None, time_to_first_token=None),
     ]
-    svg = str(chart_svg(requests))
-    tags = parsed(svg)
+    html = chart_of(requests)
+    tags = parsed(html)
     bars = [attrs for tag, attrs in tags if tag == "g" and ("class", "bar") in attrs]
     assert len(bars) == 5
-    assert 'data-bars="5"' in svg
-    assert "prompt tokens: 1200" in svg and "cached tokens: 1000" in svg
-    assert "uncached tokens: 200" in svg
-    assert "completion tokens: 30" in svg
-    assert "time to first token: 0.250 s" in svg and "total time: 1.500 s" in svg
-    assert "bytes sent: 1000" in svg and "bytes shared with the request before: 900" in svg
-    assert "first request</text>" in svg and "unexpected</text>" in svg
-    assert "cached tokens: not reported" in svg
-    assert "failed: &lt;boom&gt;" in svg and "<boom>" not in svg
-    assert svg.count('class="break"') == 2
-    assert "<polyline" in svg
-    assert "<script" not in svg and "style=" not in svg
+    assert 'data-bars="5"' in html
+    assert "prompt tokens: 1200" in html and "cached tokens: 1000" in html
+    assert "uncached tokens: 200" in html
+    assert "completion tokens: 30" in html
+    assert "time to first token: 0.250 s" in html and "total time: 1.500 s" in html
+    assert "bytes sent: 1000" in html and "bytes shared with the request before: 900" in html
+    assert ">first request</span>" in html and ">unexpected</span>" in html
+    assert "cached tokens: not reported" in html
+    assert "failed: &lt;boom&gt;" in html and "<boom>" not in html
+    assert html.count('class="cause cause-') == 2
+    assert html.count('class="ttft"') == 3, "a segment from each timed bar to the timed bar before it"
+    assert "<script" not in html and "style=" not in html
+    assert "2,400 tokens" in html
+
+
+def test_a_bar_is_its_prompt_as_a_share_of_the_window() -> None:
+    half = str(bar_html(bars_of([make_request(7, prompt_tokens=1200, cached_tokens=300)])[0], window=2400, auto_at=0.8))
+    rects = {attrs[0][1]: dict(attrs) for tag, attrs in parsed(half) if tag == "rect" and attrs[0][0] == "class"}
+    assert rects["cached"]["y"] == "87.50" and rects["cached"]["height"] == "12.50"
+    assert rects["uncached"]["y"] == "50.00" and rects["uncached"]["height"] == "37.50"
+    over = str(bar_html(bars_of([make_request(8, prompt_tokens=9000)])[0], window=2400, auto_at=0.8))
+    assert 'class="uncached" x="3" y="0.00"' in over, "a prompt past the window fills the bar, no more"
+
+
+def test_the_time_to_first_token_scale_is_fixed_and_logarithmic() -> None:
+    assert [ttft_y(seconds) for seconds in (0.001, 0.01, 0.1, 1, 10, 100, 1000)] == [100, 100, 75, 50, 25, 0, 0]
 
 
 def test_an_empty_chart_says_so() -> None:
-    svg = str(chart_svg([]))
-    assert "No model requests yet." in svg
-    assert 'data-bars="0"' in svg
-
-
-def test_nice_ceiling() -> None:
-    assert [nice_ceiling(v) for v in (0, 0.3, 1, 3, 7, 12, 4500)] == [1, 0.5, 1, 5, 10, 20, 5000]
+    html = chart_of([])
+    assert "No model requests yet." in html
+    assert 'data-bars="0"' in html
 
 
 def make_result(kind: str, inserted: str, full: str = "", **fields: object) -> Result:

@@ -12,8 +12,10 @@ from django.urls import reverse
 from chat.agent.loop import ReplyLoop
 from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
+from sessions_app.services.locks import reply_lock
 from sessions_app.services.sessions import session_start
 from sessions_app.services.turns import turn_start
+from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +38,7 @@ def chatted(session: ChatSession, model: ScriptedServer) -> ChatSession:
         Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]),
         Step(text="The notes have **30** lines. <script>alert(1)</script>"),
     )
-    ReplyLoop(session).send("How long are the notes?")
+    run(ReplyLoop(session).send("How long are the notes?"))
     return session
 
 
@@ -132,7 +134,7 @@ def test_an_open_turn_nobody_replies_to_is_shown_interrupted(ada: Client, live_s
     assert 'data-status="interrupted"' in html
     assert "The reply stopped when the server running it stopped" in html
     assert 'class="retry"' in html
-    assert Turn.objects.get().status == TurnStatus.INTERRUPTED
+    assert Turn.objects.get().status == TurnStatus.OPEN, "a page changes nothing; the next reply marks it"
 
 
 def test_another_user_gets_404_everywhere(bob: Client, live_session: ChatSession, model: ScriptedServer) -> None:
@@ -168,10 +170,9 @@ def test_posts_need_the_csrf_token(user: Any, chat_session: ChatSession) -> None
 def test_delete_a_session_with_everything_stored(ada: Client, live_session: ChatSession, model: ScriptedServer) -> None:
     chatted(live_session, model)
     url = reverse("session_delete", args=[live_session.pk])
-    turn = turn_start(session=live_session, words="Hello", today="2026-11-29", instructions=None)
-    busy = ada.post(url)
+    with reply_lock(live_session):
+        busy = ada.post(url)
     assert busy.status_code == 409 and ChatSession.objects.exists()
-    Turn.objects.filter(pk=turn.pk).update(status=TurnStatus.DONE)
     response = ada.post(url, headers={"HX-Request": "true"})
     assert response.status_code == 200 and response.content == b""
     assert not ChatSession.objects.exists() and not Turn.objects.exists()
@@ -197,9 +198,9 @@ def test_a_stored_result_is_paged_like_recall(ada: Client, live_session: ChatSes
     assert ada.get(f"/sessions/{live_session.pk}/results/9/").status_code == 404
 
 
-def test_the_chart_fragment(ada: Client, live_session: ChatSession, model: ScriptedServer) -> None:
+def test_the_whole_chart_page(ada: Client, live_session: ChatSession, model: ScriptedServer) -> None:
     empty = ada.get(f"/sessions/{live_session.pk}/chart")
-    assert empty["Content-Type"] == "image/svg+xml" and b"No model requests yet." in empty.content
+    assert empty.status_code == 200 and b"No model requests yet." in empty.content
     chatted(live_session, model)
-    svg = ada.get(f"/sessions/{live_session.pk}/chart").content.decode()
-    assert svg.count('<g class="bar"') == 2 and 'data-cause="first"' in svg
+    html = ada.get(f"/sessions/{live_session.pk}/chart").content.decode()
+    assert html.count('<g class="bar"') == 2 and 'data-cause="first"' in html

@@ -1,0 +1,210 @@
+"""Runs a session's actions (send, regenerate, undo, rewind, compact) in a thread of the web process and
+publishes their events to every tab.
+
+A job belongs to no websocket: the reply goes on when the tab that asked for it closes. While it runs,
+the job listens on the session's reply group, so a Stop or a request for the live text reaches it from
+any tab served by any process (through Redis where several serve). Whether a reply runs is not the job's
+to say: the session's reply lock, which the loop holds, is the one truth of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from channels.layers import BaseChannelLayer, get_channel_layer
+from django.db import close_old_connections, connection
+
+from chat.agent.events import ReplyEvent, TurnStarted
+from chat.agent.loop import ReplyLoop
+from chat.agent.model_client import ModelError
+from chat.web import fragments
+from chat.web.messages import Put, pack
+from chat.web.publisher import Publisher, Relay, _Send, _Snapshot, reply_group
+from sessions_app.errors import StoreError, person_message
+from sessions_app.models import ChatSession
+
+logger = logging.getLogger(__name__)
+
+STOP = "reply.stop"
+LIVE = "reply.live"
+
+
+class Action:
+    """Something a job does with the session's reply loop."""
+
+    label: ClassVar[str] = "Working…"
+
+    def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Send(Action):
+    words: str
+    label: ClassVar[str] = "Replying…"
+
+    def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
+        return loop.send(self.words)
+
+
+@dataclass(frozen=True)
+class Regenerate(Action):
+    restore: bool = False
+    label: ClassVar[str] = "Replying again…"
+
+    def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
+        return loop.regenerate(restore=self.restore)
+
+
+@dataclass(frozen=True)
+class Undo(Action):
+    restore: bool = False
+    label: ClassVar[str] = "Undoing…"
+
+    def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
+        return loop.undo(restore=self.restore)
+
+
+@dataclass(frozen=True)
+class Rewind(Action):
+    turn: int
+    restore: bool = False
+    label: ClassVar[str] = "Rewinding…"
+
+    def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
+        return loop.rewind(self.turn, restore=self.restore)
+
+
+@dataclass(frozen=True)
+class Compact(Action):
+    label: ClassVar[str] = "Compacting…"
+
+    def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
+        return loop.compact()
+
+
+@dataclass(eq=False)
+class Job:
+    """One action running in its own thread for one session, its events relayed from ``event_loop``."""
+
+    session_id: int
+    action: Action
+    layer: BaseChannelLayer
+    event_loop: asyncio.AbstractEventLoop
+    reply_to: str | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    relay: Relay = field(init=False)
+    _listener: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        self.relay = Relay(session_id=self.session_id, layer=self.layer, loop=self.event_loop)
+
+    async def begin(self) -> None:
+        """Listen on the reply group, then start the thread (so a Stop sent at once is not missed)."""
+        channel = await self.layer.new_channel()
+        await self.layer.group_add(reply_group(self.session_id), channel)
+        self._listener = self.event_loop.create_task(self._listen(channel))
+        self.relay.start()
+        _running.add(self)
+        threading.Thread(target=self._main, name=f"cachet-reply-{self.session_id}", daemon=True).start()
+
+    async def _listen(self, channel: str) -> None:
+        try:
+            while True:
+                message = await self.layer.receive(channel)
+                if message.get("type") == STOP:
+                    self.cancel.set()
+                elif message.get("type") == LIVE and isinstance(message.get("reply_to"), str):
+                    self.relay.put(_Snapshot(message["reply_to"]))
+        finally:
+            with contextlib.suppress(Exception):
+                await self.layer.group_discard(reply_group(self.session_id), channel)
+
+    async def _end(self) -> None:
+        await self.relay.finished()
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+        _running.discard(self)
+
+    def _direct(self, *ops: Put) -> None:
+        if self.reply_to:
+            for text in pack(list(ops)):
+                self.relay.put(_Send(text, self.reply_to))
+
+    def _main(self) -> None:
+        started_turn = False
+        try:
+            close_old_connections()
+            session = ChatSession.objects.select_related("workspace", "endpoint").get(pk=self.session_id)
+            publisher = Publisher(session, put=self.relay.put, reply_to=self.reply_to, label=self.action.label)
+            publisher.group([fragments.controls_put(running=True, label=self.action.label)])
+            for event in self.action.events(ReplyLoop(session, cancel=self.cancel)):
+                started_turn = started_turn or isinstance(event, TurnStarted)
+                publisher.publish(event)
+        except ChatSession.DoesNotExist:
+            pass
+        except (StoreError, ModelError) as error:
+            if isinstance(self.action, Send) and not started_turn:
+                self._direct(fragments.composer_put(self.action.words))
+            self._direct(fragments.notice_put(str(error), level="error"))
+        except Exception as error:
+            logger.exception("session %s: %s failed", self.session_id, type(self.action).__name__)
+            if isinstance(self.action, Send) and not started_turn:
+                self._direct(fragments.composer_put(self.action.words))
+            self._direct(fragments.notice_put(person_message(error), level="error"))
+        finally:
+            try:
+                for text in pack([fragments.controls_put(running=False)]):
+                    self.relay.put(_Send(text, None))
+            except Exception:
+                logger.exception("session %s: could not send the idle state", self.session_id)
+            self.relay.close()
+            connection.close()
+            self.done.set()
+            self.event_loop.call_soon_threadsafe(lambda: self.event_loop.create_task(self._end()))
+
+
+_running: set[Job] = set()
+
+
+async def start(session_id: int, action: Action, *, reply_to: str | None) -> Job:
+    """Start ``action`` for the session in a new thread of this process."""
+    layer = get_channel_layer()
+    assert layer is not None, "CHANNEL_LAYERS is configured"
+    job = Job(
+        session_id=session_id, action=action, layer=layer, event_loop=asyncio.get_running_loop(), reply_to=reply_to
+    )
+    await job.begin()
+    return job
+
+
+async def stop(session_id: int) -> None:
+    """Ask whichever process runs the session's reply to stop it."""
+    layer = get_channel_layer()
+    if layer is not None:
+        await layer.group_send(reply_group(session_id), {"type": STOP})
+
+
+async def ask_live(session_id: int, reply_to: str) -> None:
+    """Ask whichever process runs the session's reply to send ``reply_to`` what the step has streamed."""
+    layer = get_channel_layer()
+    if layer is not None:
+        await layer.group_send(reply_group(session_id), {"type": LIVE, "reply_to": reply_to})
+
+
+def wait_idle(timeout: float = 30.0, *, cancel: bool = False) -> bool:
+    """Wait for every job of this process to end (tests; shutting down); ``cancel`` stops them first."""
+    jobs = list(_running)
+    for job in jobs:
+        if cancel:
+            job.cancel.set()
+    return all(job.done.wait(timeout) for job in jobs)

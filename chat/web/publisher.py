@@ -1,0 +1,330 @@
+"""The one publisher of a reply's events: each event of ``chat.agent.events`` becomes page changes for every
+tab of the session (or a notice for the tab that asked), rendered here, in the reply's thread.
+
+Streamed text does not go out piece by piece: :class:`Relay`, on the web server's event loop, gathers the
+deltas of about ``COALESCE_SECONDS`` into one message, keeps the text of the step being streamed for tabs
+that connect late, and sends everything in the order it was published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from channels.layers import BaseChannelLayer
+
+from chat.agent.events import (
+    Compacted,
+    Notice,
+    ReasoningDelta,
+    ReplyEvent,
+    RequestFinished,
+    RequestStarted,
+    ResultStored,
+    StepStored,
+    TextDelta,
+    ToolCalled,
+    TurnEnded,
+    TurnsTakenBack,
+    TurnStarted,
+)
+from chat.web import chart, fragments
+from chat.web.display import CompactionView, row_for_result, single_turn, step_view
+from chat.web.messages import Op, live_messages, pack, utf16_length
+from sessions_app.models import BreakCause, ChatSession, ModelRequest, RequestKind, RequestStatus
+
+logger = logging.getLogger(__name__)
+
+COALESCE_SECONDS = 0.05
+MESSAGE_TYPE = "cachet.message"
+COMPACTING = "Compacting…"
+
+
+def session_group(session_id: int) -> str:
+    """The group of a session's open tabs."""
+    return f"session-{session_id}"
+
+
+def reply_group(session_id: int) -> str:
+    """The group of the process running the session's reply: Stop and requests for its live text go there."""
+    return f"reply-{session_id}"
+
+
+@dataclass(frozen=True)
+class _Send:
+    text: str
+    to: str | None  # None: the session's group
+
+
+@dataclass(frozen=True)
+class _Delta:
+    turn: int
+    step: int
+    kind: str  # "text", "reasoning" or "call"
+    text: str
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    reply_to: str
+
+
+_Item = _Send | _Delta | _Snapshot
+
+
+class Relay:
+    """Sends a job's messages from the event loop, in order; gathers deltas; answers live-text requests.
+
+    ``put`` may be called from any thread; everything else runs on ``loop``.
+    """
+
+    def __init__(self, *, session_id: int, layer: BaseChannelLayer, loop: asyncio.AbstractEventLoop) -> None:
+        self.session_id = session_id
+        self.layer = layer
+        self.loop = loop
+        self._items: collections.deque[_Item] = collections.deque()
+        self._wake = asyncio.Event()
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+        self.turn = 0
+        self.step = 0
+        self.text = ""
+        self.reasoning = ""
+        self.calls: list[str] = []
+
+    def start(self) -> None:
+        self._task = self.loop.create_task(self._run())
+
+    def put(self, item: _Item) -> None:
+        self._items.append(item)
+        self.loop.call_soon_threadsafe(self._wake.set)
+
+    def close(self) -> None:
+        self._closed = True
+        self.loop.call_soon_threadsafe(self._wake.set)
+
+    async def finished(self) -> None:
+        if self._task is not None:
+            await self._task
+
+    async def _send(self, text: str, to: str | None) -> None:
+        message = {"type": MESSAGE_TYPE, "text": text}
+        try:
+            if to is None:
+                await self.layer.group_send(session_group(self.session_id), message)
+            else:
+                await self.layer.send(to, message)
+        except Exception:
+            logger.warning("session %s: could not send an update to the page", self.session_id, exc_info=True)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._items:
+                item = self._items.popleft()
+                if isinstance(item, _Delta):
+                    await self._deltas(item)
+                elif isinstance(item, _Snapshot):
+                    await self._snapshot(item.reply_to)
+                else:
+                    await self._send(item.text, item.to)
+            if self._closed and not self._items:
+                return
+
+    def _start_step(self, turn: int, step: int) -> None:
+        if (turn, step) != (self.turn, self.step):
+            self.turn, self.step = turn, step
+            self.text, self.reasoning, self.calls = "", "", []
+
+    async def _deltas(self, first: _Delta) -> None:
+        """Send ``first`` with the deltas of the same step that come within ``COALESCE_SECONDS``."""
+        deadline = time.monotonic() + COALESCE_SECONDS
+        self._start_step(first.turn, first.step)
+        text_at, reasoning_at = utf16_length(self.text), utf16_length(self.reasoning)
+        text, reasoning, calls = [], [], []
+        item: _Delta | None = first
+        while item is not None:
+            if item.kind == "text":
+                text.append(item.text)
+            elif item.kind == "reasoning":
+                reasoning.append(item.text)
+            else:
+                calls.append(item.text)
+            item = None
+            while item is None:
+                head = self._items[0] if self._items else None
+                if isinstance(head, _Delta) and (head.turn, head.step) == (first.turn, first.step):
+                    self._items.popleft()
+                    item = head
+                    continue
+                remaining = deadline - time.monotonic()
+                if head is not None or remaining <= 0 or self._closed:
+                    break
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), remaining)
+        new_text, new_reasoning = "".join(text), "".join(reasoning)
+        self.text += new_text
+        self.reasoning += new_reasoning
+        self.calls.extend(calls)
+        for message in live_messages(
+            turn=first.turn,
+            step=first.step,
+            text=new_text,
+            text_at=text_at,
+            reasoning=new_reasoning,
+            reasoning_at=reasoning_at,
+            calls=calls,
+        ):
+            await self._send(message, None)
+        if self._items:
+            self._wake.set()
+
+    async def _snapshot(self, reply_to: str) -> None:
+        if not self.turn:
+            return
+        for message in live_messages(
+            turn=self.turn,
+            step=self.step,
+            text=self.text,
+            reasoning=self.reasoning,
+            calls=self.calls,
+            reset=True,
+        ):
+            await self._send(message, reply_to)
+
+
+class Publisher:
+    """Renders a reply's events into page changes and hands them to ``put`` in order (from the reply's thread)."""
+
+    def __init__(self, session: ChatSession, *, put: Callable[[_Item], None], reply_to: str | None, label: str) -> None:
+        self.session = session
+        self.put = put
+        self.reply_to = reply_to
+        self.label = label
+        finished = ModelRequest.objects.filter(session=session).exclude(status=RequestStatus.SENDING)
+        self.bars = finished.count()
+        last = finished.exclude(time_to_first_token=None).order_by("-id").first()
+        self.last_ttft = last.time_to_first_token if last is not None else None
+        self.window = fragments.chart_window(session)
+
+    def group(self, ops: list[Op], *, rev: int | None = None) -> None:
+        for text in pack(ops, rev=rev):
+            self.put(_Send(text, None))
+
+    def direct(self, ops: list[Op]) -> None:
+        if self.reply_to:
+            for text in pack(ops):
+                self.put(_Send(text, self.reply_to))
+
+    def notice(self, text: str, *, level: str = "info", lines: tuple[str, ...] = ()) -> None:
+        self.direct([fragments.notice_put(text, level=level, lines=lines)])
+
+    def publish(self, event: ReplyEvent) -> None:
+        """Turn ``event`` into what the tabs see."""
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    def _turn_started(self, event: TurnStarted) -> None:
+        turn = event.turn
+        view = single_turn(turn, running=True)
+        self.session.refresh_from_db(fields=["title"])
+        self.group(
+            [
+                fragments.turn_put(view),
+                fragments.title_put(self.session),
+                fragments.controls_put(running=True, label=self.label),
+            ],
+            rev=turn.revision,
+        )
+
+    def _request_started(self, event: RequestStarted) -> None:
+        if event.request.kind == RequestKind.COMPACTION:
+            self.group([fragments.controls_put(running=True, label=COMPACTING)])
+
+    def _delta(self, event: TextDelta | ReasoningDelta | ToolCalled) -> None:
+        if not event.turn_number:
+            return  # a compaction's summary streams too; it is not shown as it comes
+        if isinstance(event, TextDelta):
+            self.put(_Delta(event.turn_number, event.step, "text", event.text))
+        elif isinstance(event, ReasoningDelta):
+            self.put(_Delta(event.turn_number, event.step, "reasoning", event.text))
+        else:
+            self.put(_Delta(event.turn_number, event.step, "call", event.name))
+
+    def _request_finished(self, event: RequestFinished) -> None:
+        request = event.request
+        self.bars += 1
+        bar = chart.Bar(self.bars, request, self.last_ttft)
+        if request.time_to_first_token is not None:
+            self.last_ttft = request.time_to_first_token
+        self.group([fragments.bar_put(bar, window=self.window)])
+
+    def _step_stored(self, event: StepStored) -> None:
+        step = event.step
+        turn = step.turn
+        view = step_view(step, [])
+        self.group(
+            [fragments.step_put(view, session_id=turn.session_id, turn_number=turn.number, open=True)],
+            rev=turn.revision,
+        )
+        self.put(_Delta(turn.number, step.number + 1, "text", ""))
+
+    def _result_stored(self, event: ResultStored) -> None:
+        result = event.result
+        row = row_for_result(result)
+        if row is not None:
+            self.group([fragments.row_put(row, session_id=result.session_id)], rev=result.turn.revision)
+
+    def _turn_ended(self, event: TurnEnded) -> None:
+        view = single_turn(event.turn, running=False)
+        self.group([fragments.turn_put(view)], rev=event.turn.revision)
+
+    def _taken_back(self, event: TurnsTakenBack) -> None:
+        turns = event.turns
+        if not turns:
+            return
+        ops: list[Op] = [fragments.turn_remove(turn.number) for turn in turns]
+        self.group(ops, rev=max(turn.revision for turn in turns))
+        numbers = ", ".join(str(turn.number) for turn in reversed(turns))
+        if turns[0].taken_back_by != BreakCause.REGENERATE:
+            self.direct([fragments.composer_put(turns[-1].words)])
+            text = f"Took back turn{'s' if len(turns) > 1 else ''} {numbers}."
+        else:
+            text = ""
+        if event.restored and event.edits:
+            text += " The files they changed were restored" + (" except:" if event.conflicts else ".")
+        if text.strip():
+            self.notice(text.strip(), level="warning" if event.conflicts else "info", lines=event.conflicts)
+
+    def _compacted(self, event: Compacted) -> None:
+        generation = event.generation
+        self.group([fragments.compaction_put(CompactionView(generation))], rev=generation.revision)
+        self.notice("Compacted: the model now starts from the summary.")
+
+    def _notice(self, event: Notice) -> None:
+        self.notice(event.text, level=event.level, lines=event.lines)
+
+
+_HANDLERS: dict[type[Any], Callable[[Publisher, Any], None]] = {
+    TurnStarted: Publisher._turn_started,
+    RequestStarted: Publisher._request_started,
+    TextDelta: Publisher._delta,
+    ReasoningDelta: Publisher._delta,
+    ToolCalled: Publisher._delta,
+    RequestFinished: Publisher._request_finished,
+    StepStored: Publisher._step_stored,
+    ResultStored: Publisher._result_stored,
+    TurnEnded: Publisher._turn_ended,
+    TurnsTakenBack: Publisher._taken_back,
+    Compacted: Publisher._compacted,
+    Notice: Publisher._notice,
+}

@@ -1,0 +1,111 @@
+"""What a tab that connects or reconnects lacks: the changes after the revision it shows, not the transcript.
+
+A page is rendered at a revision of its session; every stored change moves the revision on and marks what it
+changed (a turn, a compaction) with it. A tab says which revision it has, the oldest turn it shows and the
+last bar of its chart, and gets back the turns and compactions changed since, the bars it lacks, and the
+small parts that are always sent (the controls, the mode, the title).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chat.web import chart, fragments
+from chat.web.display import PAGE_TURNS, CompactionView, transcript_page, turn_views
+from chat.web.messages import Op, pack
+from sessions_app.models import ChatSession, Generation, ModelRequest, RequestStatus, Turn, TurnStatus
+from sessions_app.services.locks import reply_running
+
+
+@dataclass(frozen=True)
+class PageState:
+    """What a tab says it shows: the session revision, the oldest turn on it, the last bar of its chart."""
+
+    revision: int
+    first_turn: int
+    last_bar: int
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    messages: list[str]
+    running: bool
+
+
+def catch_up(session_id: int, state: PageState) -> CatchUp:
+    """The messages that bring a tab from ``state`` to the session as stored now."""
+    session = ChatSession.objects.select_related("workspace", "endpoint").get(pk=session_id)
+    revision = session.revision
+    running = reply_running(session)
+    ops: list[Op] = []
+    if state.revision < revision:
+        ops.extend(_turn_changes(session, state, running=running))
+        ops.extend(_compaction_changes(session, state))
+    ops.extend(_bar_changes(session, state))
+    ops.extend(
+        [
+            fragments.controls_put(running=running, label="Replying…" if running else ""),
+            fragments.mode_put(session),
+            fragments.title_put(session),
+        ]
+    )
+    return CatchUp(pack(ops, rev=revision), running)
+
+
+def _turn_changes(session: ChatSession, state: PageState, *, running: bool) -> list[Op]:
+    changed = list(
+        Turn.objects.filter(session=session, revision__gt=state.revision).only("number", "status").order_by("number")
+    )
+    ops: list[Op] = [fragments.turn_remove(turn.number) for turn in changed if turn.status == TurnStatus.TAKEN_BACK]
+    shown = [
+        turn.number for turn in changed if turn.status != TurnStatus.TAKEN_BACK and turn.number >= state.first_turn
+    ]
+    if len(shown) > PAGE_TURNS:
+        return [fragments.transcript_put(transcript_page(session, running=running), session_id=session.pk)]
+    if shown:
+        turns = list(Turn.objects.filter(session=session, number__in=shown).order_by("number"))
+        last = Turn.objects.filter(session=session).exclude(status=TurnStatus.TAKEN_BACK).order_by("-number").first()
+        for view in turn_views(turns, running=running, last_number=last.number if last else None):
+            ops.append(fragments.turn_put(view))
+    return ops
+
+
+def _compaction_changes(session: ChatSession, state: PageState) -> list[Op]:
+    ops: list[Op] = []
+    for generation in Generation.objects.filter(session=session, revision__gt=state.revision).exclude(summary=""):
+        if generation.taken_back:
+            ops.append(fragments.compaction_remove(generation.number))
+        elif (generation.covers_through_turn or 0) >= state.first_turn:
+            ops.append(fragments.compaction_put(CompactionView(generation)))
+    return ops
+
+
+def _bar_changes(session: ChatSession, state: PageState) -> list[Op]:
+    finished = ModelRequest.objects.filter(session=session).exclude(status=RequestStatus.SENDING)
+    missing = list(finished.filter(id__gt=state.last_bar).select_related("turn").order_by("id")[: chart.SHOWN_BARS + 1])
+    if not missing:
+        return []
+    before = finished.filter(id__lte=state.last_bar)
+    first_index = before.count() + 1
+    if len(missing) > chart.SHOWN_BARS or not state.last_bar:
+        return [chart_page_put(session)]
+    previous = before.exclude(time_to_first_token=None).order_by("-id").first()
+    bars = chart.bars_of(
+        missing, first_index=first_index, ttft_before=previous.time_to_first_token if previous else None
+    )
+    window = fragments.chart_window(session)
+    return [fragments.bar_put(bar, window=window) for bar in bars]
+
+
+def chart_requests(session: ChatSession) -> tuple[list[ModelRequest], int, int]:
+    """The last requests the page's chart shows, how many earlier ones it leaves out, and the first's index."""
+    finished = ModelRequest.objects.filter(session=session).exclude(status=RequestStatus.SENDING)
+    requests = list(reversed(finished.select_related("turn").order_by("-id")[: chart.SHOWN_BARS]))
+    total = finished.count() if len(requests) == chart.SHOWN_BARS else len(requests)
+    more = total - len(requests)
+    return requests, more, more + 1
+
+
+def chart_page_put(session: ChatSession) -> Op:
+    requests, more, first_index = chart_requests(session)
+    return fragments.chart_put(session, requests, more=more, first_index=first_index)
