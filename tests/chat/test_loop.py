@@ -298,12 +298,17 @@ def test_stop_interrupts_the_reply_and_keeps_what_came(scripted: ScriptedServer,
 
 
 def test_stop_ends_a_running_grep_and_its_rg(
-    scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path, rg_children: Any
+    scripted: ScriptedServer,
+    scripted_session: ChatSession,
+    workspace_dir: Path,
+    rg_children: Any,
+    request: pytest.FixtureRequest,
 ) -> None:
     line = b"the quick brown fox jumps over the lazy dog 0123456789 and then some more words here\n"
     with (workspace_dir / "big.txt").open("wb") as handle:
         for _ in range(100):
             handle.write(line * ((1 << 20) // len(line)))
+    request.addfinalizer((workspace_dir / "big.txt").unlink)
     scripted.push(Step(tool_calls=[("grep", {"pattern": r"(\w+\s+){20}$"})]), Step(text="Not asked."))
     cancel = threading.Event()
     seen: dict[int, str] = {}

@@ -74,11 +74,17 @@ def test_the_catastrophic_pattern_answers_at_once(ws: Path, ctx: ToolContext) ->
 
 @pytest.mark.django_db
 def test_a_grep_leaves_the_server_free_to_answer(
-    ws: Path, ctx: ToolContext, client: Client, user: Any, rg_children: Callable[[], dict[int, str]]
+    ws: Path,
+    ctx: ToolContext,
+    client: Client,
+    user: Any,
+    rg_children: Callable[[], dict[int, str]],
+    request: pytest.FixtureRequest,
 ) -> None:
     """While grep runs the catastrophic pattern over 90 MB of it, another person's GET / is answered."""
     (ws / "a.txt").write_text("a" * 40 + "!\n")
     write_repeated(ws / "many.txt", b"a" * 40 + b"!\n", 90 * MIB)
+    request.addfinalizer((ws / "many.txt").unlink)
     client.force_login(user)
     assert client.get("/").status_code == 200
     outcome: list[object] = []
