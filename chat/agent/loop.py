@@ -298,7 +298,8 @@ class ReplyLoop:
                 return turn_finish(turn=turn, reply_text=_reply_text(turn))
             for call in calls:
                 session = self._refresh()
-                arguments, outcome = call_tool(call["name"], call["arguments"], tool_context(session, turn))
+                context = tool_context(session, turn, cancelled=self.cancel.is_set)
+                arguments, outcome = call_tool(call["name"], call["arguments"], context)
                 result = result_insert(
                     turn=turn,
                     step=step,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from chat.tools import ToolContext, ToolError, resolve_in_workspace
+from chat.tools.context import never_cancelled
 from sessions_app import prompts
 from sessions_app.hygiene import format_id, last_seen_sha
 from sessions_app.hygiene.config import ContextConfig
@@ -34,14 +36,25 @@ def workspace_context(session: ChatSession, *, config: ContextConfig | None = No
         run_timeout=int(loop["run_timeout"]),
         run_max_timeout=int(loop["run_max_timeout"]),
         edit_max_bytes=int(loop["edit_max_bytes"]),
+        grep_timeout=float(loop["grep_timeout"]),
+        grep_max_bytes=int(loop["grep_max_bytes"]),
     )
 
 
-def tool_context(session: ChatSession, turn: Turn, *, config: ContextConfig | None = None) -> ToolContext:
-    """The context the tools of one call run in; what the model has seen is read from the reply's results."""
+def tool_context(
+    session: ChatSession,
+    turn: Turn,
+    *,
+    config: ContextConfig | None = None,
+    cancelled: Callable[[], bool] = never_cancelled,
+) -> ToolContext:
+    """The context the tools of one call run in; what the model has seen is read from the reply's results,
+    and ``cancelled`` is the reply's Stop, which a long tool polls."""
     table = reply_table(turn)
     return replace(
-        workspace_context(session, config=config), last_seen_sha=lambda abs_path: last_seen_sha(table, abs_path)
+        workspace_context(session, config=config),
+        last_seen_sha=lambda abs_path: last_seen_sha(table, abs_path),
+        cancelled=cancelled,
     )
 
 

@@ -9,9 +9,15 @@ from pathlib import Path
 from sessions_app.hygiene.config import ContextConfig
 
 
+def never_cancelled() -> bool:
+    """The cancel signal of a call that nothing can stop."""
+    return False
+
+
 @dataclass(frozen=True)
 class ToolContext:
-    """The session's side of a tool call. ``root`` is the workspace folder, already resolved."""
+    """The session's side of a tool call. ``root`` is the workspace folder, already resolved; a tool that
+    can run long (``grep``) polls ``cancelled`` and ends when it turns true (Stop)."""
 
     root: Path
     config: ContextConfig
@@ -23,3 +29,6 @@ class ToolContext:
     run_max_timeout: int = 3600
     edit_max_bytes: int = 10_000_000
     spool_dir: Path | None = None
+    grep_timeout: float = 60.0
+    grep_max_bytes: int = 10_000_000
+    cancelled: Callable[[], bool] = never_cancelled

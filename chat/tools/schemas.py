@@ -73,12 +73,15 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "grep": _function(
         "grep",
-        "Search file contents with a Python regular expression. One match a line: 'PATH:LINE: text'. "
-        "Binary files are skipped.",
+        "Search file contents with ripgrep. One match a line: 'PATH:LINE: text', sorted by path then line. "
+        "Files that .gitignore ignores, hidden files, binary files and symlinks are skipped.",
         {
-            "pattern": _string("Python regular expression, searched in each line."),
+            "pattern": _string("Rust regular expression (ripgrep syntax: no look-around, no backreferences)."),
             "path": _string("Folder to search below, or one file. Default: the workspace folder."),
-            "glob": _string("Only search files whose name or relative path matches this, e.g. '*.py'."),
+            "glob": _string(
+                "Only search files matching this glob, relative to path: '*.py' matches names at any depth, "
+                "'src/**/*.ts' a path; a leading '!' excludes."
+            ),
             "ignore_case": _boolean("Match upper and lower case alike. Default false."),
         },
         ["pattern"],

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import errno
 import os
-import re
+import stat
 from collections.abc import Mapping
-from typing import BinaryIO
+from dataclasses import dataclass
+from pathlib import Path
 
 from sessions_app.hygiene.outcomes import ListingOutcome, Outcome
 
 from .args import Args
 from .context import ToolContext
 from .errors import ToolError, shown
-from .files import SNIFF_BYTES, is_binary, open_regular
-from .globbing import expand_braces, name_regex, path_regex, segments
+from .files import SNIFF_BYTES, is_binary
+from .globbing import expand_braces, name_regex, segments
 from .listing import require_folder
 from .paths import is_inside, resolve_in_workspace, workspace_root
 from .read import WHOLE_LINE, display_line
-from .walk import entries, files_below, is_real_folder, is_workspace_file
+from .ripgrep import STDIN_PATH, FileMatches, RgQuery, rg_search
+from .walk import entries, is_real_folder, is_workspace_file
+
+_SEARCHED_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def glob(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
@@ -66,77 +71,73 @@ def glob_files(folder: str, parts: list[str], root: str) -> set[str]:
 
 
 def grep(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
-    """Lines matching a Python regex in the text files at or below ``path``, as ``PATH:LINE: text``."""
+    """Lines matching a Rust regex (ripgrep) in the files at or below ``path``, as ``PATH:LINE: text``,
+    sorted by path then line. Files ``.gitignore`` ignores, hidden and binary files are skipped."""
     config = ctx.config
     call = Args(args, "grep", config)
-    pattern = call.text("pattern")
+    query = RgQuery(call.text("pattern"), call.flag("ignore_case", False), call.optional_text("glob"))
     given = call.text("path", ".")
-    name_filter = call.optional_text("glob")
-    ignore_case = call.flag("ignore_case", False)
+    with open_searched(given, ctx) as target:
+        if target.is_folder:
+            found = rg_search(query, ctx, folder_fd=target.fd)
+        elif is_binary(os.pread(target.fd, SNIFF_BYTES, 0)):
+            raise ToolError(config.error("binary", path=shown(target.path)))
+        else:
+            found = rg_search(query, ctx, file_fd=target.fd)
+    if not target.is_folder and found.get(STDIN_PATH, FileMatches()).binary:
+        raise ToolError(config.error("binary", path=shown(target.path)))
+    cut = config.texts["cut"]
+    lines: list[str] = []
+    by_path = {_absolute(target, name): matches for name, matches in found.items()}
+    for path in sorted(by_path):
+        shown_path = shown(path)
+        lines.extend(
+            f"{shown_path}:{number}: {display_line(raw, False, WHOLE_LINE, cut)}"
+            for number, raw in sorted(by_path[path].lines)
+        )
+    return ListingOutcome("\n".join(lines) if lines else config.text("no_matches"))
+
+
+@dataclass(frozen=True)
+class Searched:
+    """What ``grep`` searches: the resolved path, open without following a symlink, folder or file."""
+
+    path: Path
+    fd: int
+    is_folder: bool
+
+    def __enter__(self) -> Searched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
+def open_searched(given: str, ctx: ToolContext) -> Searched:
+    """``given`` resolved inside the workspace and opened (``O_NOFOLLOW``: a symlink swapped in since the
+    resolution is refused, not followed); refused unless it is a folder or a regular file."""
+    config = ctx.config
+    path = resolve_in_workspace(given, ctx)
     try:
-        regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-    except (re.error, OverflowError, RecursionError) as error:
-        raise ToolError(config.error("bad_regex", pattern=pattern, detail=error)) from None
-    target = resolve_in_workspace(given, ctx)
-    if os.path.isfile(target):
-        lines = _grep_file(str(target), str(target), regex, ctx)
-        if lines is None:
-            raise ToolError(config.error("binary", path=shown(target)))
-        return ListingOutcome("\n".join(lines) if lines else config.text("no_matches"))
-    folder = require_folder(target, ctx)
-    files = sorted(files_below(folder, workspace_root(ctx)))
-    if name_filter is not None:
-        filters = [path_regex(alternative) for alternative in expand_braces(name_filter)]
-        files = [path for path in files if _name_matches(path, folder, filters)]
-    found: list[str] = []
-    for path in files:
-        try:
-            found.extend(_grep_file(os.path.realpath(path), path, regex, ctx) or [])
-        except (ToolError, OSError):
-            continue
-    return ListingOutcome("\n".join(found) if found else config.text("no_matches"))
+        fd = os.open(path, _SEARCHED_FLAGS)
+    except OSError as error:
+        if error.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise ToolError(config.error("not_found", path=shown(path))) from None
+        if error.errno == errno.ELOOP:
+            raise ToolError(config.error("symlink_loop", path=shown(path))) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ToolError(config.error("special_file", path=shown(path)))
+    return Searched(path, fd, stat.S_ISDIR(mode))
 
 
-def search_file(handle: BinaryIO, path: str, regex: re.Pattern[str], max_chars: int, cut: str) -> list[str]:
-    """The matching lines of an open text file, line by line; a line is searched in its first
-    ``4 * max_chars`` bytes."""
-    shown_path = shown(path)
-    max_bytes = max_chars * 4
-    matches: list[str] = []
-    number = 0
-    while True:
-        raw = handle.readline(max_bytes)
-        if not raw:
-            return matches
-        number += 1
-        truncated = not raw.endswith(b"\n") and len(raw) == max_bytes
-        if truncated:
-            _skip_rest_of_line(handle, max_bytes)
-        line = raw.removesuffix(b"\n")
-        if regex.search(line.removesuffix(b"\r").decode("utf-8", "replace")):
-            matches.append(f"{shown_path}:{number}: {display_line(line, truncated, max_chars, cut)}")
-
-
-def _grep_file(real: str, path: str, regex: re.Pattern[str], ctx: ToolContext) -> list[str] | None:
-    """The matches in the file at ``real``, named ``path``; ``None`` when it is binary."""
-    with open_regular(real, ctx) as handle:
-        if is_binary(handle.read(SNIFF_BYTES)):
-            return None
-        handle.seek(0)
-        return search_file(handle, path, regex, WHOLE_LINE, ctx.config.texts["cut"])
-
-
-def _skip_rest_of_line(handle: BinaryIO, max_bytes: int) -> None:
-    while True:
-        rest = handle.readline(max_bytes)
-        if not rest or rest.endswith(b"\n"):
-            return
-
-
-def _name_matches(path: str, folder: str, filters: list[re.Pattern[str]]) -> bool:
-    relative = os.path.relpath(path, folder).replace(os.sep, "/")
-    name = os.path.basename(path)
-    return any(regex.fullmatch(relative) or regex.fullmatch(name) for regex in filters)
+def _absolute(target: Searched, name: str) -> str:
+    """The absolute path of a file rg names relative to the searched folder (or the searched file)."""
+    if not target.is_folder:
+        return str(target.path)
+    return os.path.join(target.path, name.removeprefix("./"))
 
 
 def _anchor(pattern: str, folder: str, root: str, ctx: ToolContext) -> tuple[str, str]:

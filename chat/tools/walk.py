@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 
 from .paths import link_target_inside
 
@@ -36,15 +35,3 @@ def is_workspace_file(entry: os.DirEntry[str], root: str) -> bool:
         return entry.is_file(follow_symlinks=False)
     except OSError:
         return False
-
-
-def files_below(folder: str, root: str) -> Iterator[str]:
-    """Every workspace file below ``folder``, by its own path, in no particular order."""
-    pending = [folder]
-    while pending:
-        current = pending.pop()
-        for entry in entries(current):
-            if is_real_folder(entry):
-                pending.append(entry.path)
-            elif is_workspace_file(entry, root):
-                yield entry.path

@@ -166,7 +166,10 @@ def test_walks_do_not_follow_links_out(linked: Path, ctx: ToolContext) -> None:
     assert found.body == f"{linked}/inner/note.txt\n{linked}/note_link"
     matches = call("grep", {"pattern": "."}, ctx)
     assert isinstance(matches, ListingOutcome)
-    assert matches.body == f"{linked}/inner/note.txt:1: inside\n{linked}/note_link:1: inside"
+    assert matches.body == f"{linked}/inner/note.txt:1: inside", "grep (ripgrep) follows no symlink, not even inside"
+    assert call("grep", {"pattern": ".", "path": "note_link"}, ctx) == ListingOutcome(
+        f"{linked}/inner/note.txt:1: inside"
+    )
     assert SECRET not in call("grep", {"pattern": "SECRET"}, ctx).body  # type: ignore[attr-defined]
 
 
