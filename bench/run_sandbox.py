@@ -35,9 +35,9 @@ from chat.tools import (  # noqa: E402
     call_tool,
     sandbox,
 )
+from chat.tools.run import _wait_unreaped, collect  # noqa: E402
 from sessions_app.hygiene.config import context_config  # noqa: E402
-
-RUN_MODULE = sys.modules["chat.tools.run"]
+from sessions_app.hygiene.outcomes import ErrorOutcome, OutputOutcome  # noqa: E402
 
 
 def unsandboxed_true(ctx: ToolContext) -> str:
@@ -54,15 +54,17 @@ def unsandboxed_true(ctx: ToolContext) -> str:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        RUN_MODULE._wait_unreaped(process.pid, time.monotonic() + 120)
+        _wait_unreaped(process.pid, time.monotonic() + 120)
         process.wait()
-        return RUN_MODULE.collect(spool, "")
+        return collect(spool, "")
 
 
 def sandboxed_true(ctx: ToolContext) -> str:
     _, outcome = call_tool("run", json.dumps({"command": "true"}), ctx)
-    text: str = getattr(outcome, "text", None) or getattr(outcome, "message", "")
-    return text
+    if isinstance(outcome, ErrorOutcome):
+        return outcome.message
+    assert isinstance(outcome, OutputOutcome)
+    return outcome.text
 
 
 def timed(call: Callable[[], str], calls: int) -> list[float]:
