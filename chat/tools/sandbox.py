@@ -49,7 +49,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import BinaryIO
@@ -456,7 +456,7 @@ def cgroup_bases(cgroup_root: str) -> list[CgroupBase]:
     with _lock:
         found = _bases.get(cgroup_root)
         if found is None:
-            found = _find_bases(cgroup_root)
+            found = find_bases(cgroup_root, _own_cgroups())
             for base in found:
                 _remove_leftovers(base.path)
             _bases[cgroup_root] = found
@@ -477,8 +477,10 @@ def _own_cgroups() -> dict[str, str]:
     return own
 
 
-def _find_bases(cgroup_root: str) -> list[CgroupBase]:
-    own = _own_cgroups()
+def find_bases(cgroup_root: str, own: Mapping[str, str]) -> list[CgroupBase]:
+    """Where a process in the cgroups ``own`` (as ``/proc/self/cgroup`` names them, v2 under ``""``)
+    may make a call's cgroups: per v1 controller its own cgroup, else its v2 cgroup or that one's parent
+    where the folder delegates ``pids`` (and ``memory`` where it delegates that too)."""
     bases: list[CgroupBase] = []
     wanted = ["pids", "memory"]
     for controller in list(wanted):

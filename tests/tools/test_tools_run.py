@@ -511,6 +511,43 @@ def test_the_call_cgroups_are_removed(ctx: ToolContext) -> None:
         assert [name for name in os.listdir(base.path) if name.startswith(prefix)] == []
 
 
+def test_where_call_cgroups_are_made(tmp_path: Path) -> None:
+    """Cgroup file systems laid out as the kernel shows them: v1 per controller, v2 delegated by systemd."""
+    v1 = tmp_path / "v1"
+    for controller, folder in (("pids", "srv"), ("memory", "a/b")):
+        (v1 / controller / folder).mkdir(parents=True)
+        (v1 / controller / "cgroup.procs").touch()
+    mounts = {"pids": "/srv", "memory": "/a/b", "": "/"}
+    assert sandbox_module.find_bases(str(v1), mounts) == [
+        sandbox_module.CgroupBase(f"{v1}/pids/srv", 1, frozenset({"pids"})),
+        sandbox_module.CgroupBase(f"{v1}/memory/a/b", 1, frozenset({"memory"})),
+    ]
+    v2 = tmp_path / "v2"
+    service = v2 / "system.slice" / "cachet.service"
+    (service / "supervisor").mkdir(parents=True)
+    (v2 / "cgroup.controllers").write_text("cpu io memory pids\n")
+    (service / "supervisor" / "cgroup.subtree_control").write_text("\n")
+    (service / "cgroup.subtree_control").write_text("memory pids\n")
+    own = {"": "/system.slice/cachet.service/supervisor"}
+    assert sandbox_module.find_bases(str(v2), own) == [
+        sandbox_module.CgroupBase(str(service), 2, frozenset({"pids", "memory"}))
+    ]
+    (service / "cgroup.subtree_control").write_text("pids\n")
+    assert sandbox_module.find_bases(str(v2), own) == [sandbox_module.CgroupBase(str(service), 2, frozenset({"pids"}))]
+    (service / "cgroup.subtree_control").write_text("memory\n")
+    assert sandbox_module.find_bases(str(v2), own) == []
+    hybrid = tmp_path / "hybrid"
+    (hybrid / "pids").mkdir(parents=True)
+    (hybrid / "pids" / "cgroup.procs").touch()
+    (hybrid / "unified").mkdir()
+    (hybrid / "unified" / "cgroup.controllers").write_text("\n")
+    (hybrid / "unified" / "cgroup.subtree_control").write_text("\n")
+    assert sandbox_module.find_bases(str(hybrid), {"pids": "/", "memory": "/", "": "/"}) == [
+        sandbox_module.CgroupBase(f"{hybrid}/pids", 1, frozenset({"pids"}))
+    ]
+    assert sandbox_module.find_bases(str(tmp_path / "none"), mounts) == []
+
+
 def test_argument_errors(ctx: ToolContext) -> None:
     with pytest.raises(ToolError) as caught:
         run({"command": "true", "timeout": 0}, ctx)
