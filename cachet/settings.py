@@ -169,6 +169,7 @@ CACHET_FIRST_TOKEN_TIMEOUT = float(os.environ.get("CACHET_FIRST_TOKEN_TIMEOUT", 
 CACHET_CHUNK_TIMEOUT = float(os.environ.get("CACHET_CHUNK_TIMEOUT", "120"))
 CACHET_MAX_STEPS = int(os.environ.get("CACHET_MAX_STEPS", "0")) or None
 CACHET_MAX_MESSAGE_BYTES = int(os.environ.get("CACHET_MAX_MESSAGE_BYTES", "200000"))
+CACHET_BWRAP = os.environ.get("CACHET_BWRAP") or "/usr/bin/bwrap"
 
 LOGGING: dict[str, Any] = {
     "version": 1,

@@ -50,7 +50,7 @@ class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
 
 @admin.register(Workspace)
 class WorkspaceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ["name", "folder", "allow_commands"]
+    list_display = ["name", "folder", "allow_commands", "allow_network"]
     filter_horizontal = ["members"]
     search_fields = ["name", "folder"]
 

@@ -7,7 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from chat.tools import ToolContext, ToolError, resolve_in_workspace
+from django.conf import settings
+
+from chat.tools import Sandbox, ToolContext, ToolError, resolve_in_workspace
 from chat.tools.context import never_cancelled
 from sessions_app import prompts
 from sessions_app.hygiene import format_id, last_seen_sha
@@ -38,6 +40,23 @@ def workspace_context(session: ChatSession, *, config: ContextConfig | None = No
         edit_max_bytes=int(loop["edit_max_bytes"]),
         grep_timeout=float(loop["grep_timeout"]),
         grep_max_bytes=int(loop["grep_max_bytes"]),
+        allow_network=session.workspace.allow_network,
+        sandbox=sandbox_settings(),
+    )
+
+
+def sandbox_settings() -> Sandbox:
+    """How ``run`` confines commands here: the settings' bubblewrap, ``loop.json``'s limits, and Cachet's
+    data folder and database socket folder hidden should a workspace hold them."""
+    loop = prompts.loop_settings()
+    database = settings.DATABASES["default"]
+    hosts = (database.get("HOST"), database.get("OPTIONS", {}).get("host"))
+    hidden = [str(settings.CACHET_DATA), *(host for host in hosts if isinstance(host, str) and host.startswith("/"))]
+    return Sandbox(
+        bwrap=settings.CACHET_BWRAP,
+        memory_bytes=int(loop["run_memory_bytes"]),
+        max_processes=int(loop["run_max_processes"]),
+        hidden=tuple(hidden),
     )
 
 

@@ -145,8 +145,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "run": _function(
         "run",
-        "Run a shell command (/bin/sh) in the workspace folder. Answers its output and errors, then "
-        "'[exit N]' if it failed. No input can be typed; it is stopped after timeout seconds.",
+        "Run a shell command (/bin/sh) in a sandbox that holds only the workspace folder (the current "
+        "folder and HOME, read-write), a fresh /tmp and the system's programs (read-only); nothing else of "
+        "the server is there. Whether it can reach the network is the workspace's setting. Answers its output "
+        "and errors, then '[exit N]' if it failed. No input can be typed; it is stopped, with all it started, "
+        "after timeout seconds.",
         {
             "command": _string("The command line, e.g. 'python -m pytest -q'."),
             "timeout": _integer("Seconds before it is stopped. Default 120, most 3600."),
