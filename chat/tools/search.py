@@ -15,53 +15,63 @@ from .errors import ToolError, shown
 from .files import SNIFF_BYTES, is_binary, open_regular
 from .globbing import expand_braces, name_regex, path_regex, segments
 from .listing import require_folder
-from .paths import is_inside, resolve_in_workspace, workspace_root
+from .paths import Resolved, Root, is_inside, resolve_in_workspace, workspace_root
 from .read import WHOLE_LINE, display_line
-from .walk import entries, files_below, is_real_folder, is_workspace_file
+from .walk import Entry, files_below, is_workspace_file, walk_folders
 
 
 def glob(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """The files below ``path`` whose path relative to it matches ``pattern``, sorted."""
     call = Args(args, "glob", ctx.config)
     pattern = call.text("pattern")
-    folder = require_folder(resolve_in_workspace(call.text("path", "."), ctx), ctx)
-    root = workspace_root(ctx)
-    folder, pattern = _anchor(pattern, folder, root, ctx)
     found: set[str] = set()
-    for alternative in expand_braces(pattern):
-        found |= glob_files(folder, segments(alternative), root)
+    with Root(ctx) as root:
+        folder = root.resolve(call.text("path", "."))
+        root.require_folder(folder)
+        base, pattern = _anchor(pattern, folder.path, root.path, ctx)
+        start = folder if base == folder.path else root.resolve(".")
+        for alternative in expand_braces(pattern):
+            found |= glob_files(root, start, segments(alternative))
     lines = sorted(shown(path) for path in found)
     return ListingOutcome("\n".join(lines) if lines else ctx.config.text("no_matches"))
 
 
-def glob_files(folder: str, parts: list[str], root: str) -> set[str]:
-    """The workspace files below ``folder`` matching the pattern ``parts``, walked part by part."""
+def glob_files(root: Root, folder: Resolved, parts: list[str]) -> set[str]:
+    """The workspace files below ``folder`` matching the pattern ``parts``, walked part by part through
+    descriptors (a folder and a part index are visited once)."""
     found: set[str] = set()
-    if not parts:
+    if not parts or folder.fd is None:
         return found
     regexes = [None if part == "**" else name_regex(part) for part in parts]
-    pending = [(folder, 0)]
-    visited: set[tuple[str, int]] = set()
-    while pending:
-        current, index = pending.pop()
-        if (current, index) in visited:
-            continue
-        visited.add((current, index))
+    visited = {(folder.path, 0)}
+
+    def visit(path: str, index: int, listed: list[Entry]) -> list[tuple[str | None, int]]:
         regex = regexes[index]
         last = index == len(parts) - 1
+        children: list[tuple[str | None, int]] = []
+
+        def enter(name: str | None, next_index: int) -> None:
+            key = (path if name is None else os.path.join(path, name), next_index)
+            if key not in visited:
+                visited.add(key)
+                children.append((name, next_index))
+
         if regex is None and not last:
-            pending.append((current, index + 1))
-        for entry in entries(current):
+            enter(None, index + 1)
+        for entry in listed:
             if regex is None:
-                if is_real_folder(entry):
-                    pending.append((entry.path, index))
-                elif last and is_workspace_file(entry, root):
+                if entry.kind == "folder":
+                    enter(entry.name, index)
+                elif last and is_workspace_file(root, entry):
                     found.add(entry.path)
             elif regex.fullmatch(entry.name):
-                if not last and is_real_folder(entry):
-                    pending.append((entry.path, index + 1))
-                elif last and is_workspace_file(entry, root):
+                if not last and entry.kind == "folder":
+                    enter(entry.name, index + 1)
+                elif last and is_workspace_file(root, entry):
                     found.add(entry.path)
+        return children
+
+    walk_folders(folder.fd, folder.path, 0, visit)
     return found
 
 
