@@ -41,11 +41,18 @@ SCHEDULE = ("read", "write", "edit", "list", "read", "glob", "apply_patch", "wri
 Call = Callable[[str, str], object]
 
 _SWAPPER = """
-import ctypes, sys
+import ctypes, signal, sys
 libc = ctypes.CDLL(None, use_errno=True)
 a, b, number = sys.argv[1].encode(), sys.argv[2].encode(), int(sys.argv[3])
+swaps = 0
+def stop(*_):
+    print(swaps, flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
 while True:
-    libc.syscall(number, -100, a, -100, b, 2)
+    if libc.syscall(number, -100, a, -100, b, 2) == 0:
+        swaps += 1
 """
 
 
@@ -73,6 +80,8 @@ class Tally:
     operations: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     leaked: list[str] = field(default_factory=list)
+    refused: int = 0
+    failed: int = 0
 
     @property
     def total(self) -> int:
@@ -168,16 +177,16 @@ def can_exchange(folder: Path) -> bool:
 
 
 @contextmanager
-def swapping(layout: Layout, mode: str) -> Iterator[Callable[[], int]]:
+def swapping(layout: Layout, mode: str) -> Iterator[list[int]]:
     """Keep exchanging ``sub`` and ``.parked`` while the block runs (``mode``: thread, process or none).
 
-    Yields a function giving the swaps made so far (a process does not count them: -1). At the end the
-    real folder is named ``sub`` again.
+    Yields a list holding the number of swaps made, filled in at the end, when the real folder is named
+    ``sub`` again.
     """
     swaps = [0]
     stop = threading.Event()
     worker: threading.Thread | None = None
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[str] | None = None
     if mode == "thread":
 
         def loop() -> None:
@@ -188,18 +197,20 @@ def swapping(layout: Layout, mode: str) -> Iterator[Callable[[], int]]:
         worker = threading.Thread(target=loop, daemon=True)
         worker.start()
     elif mode == "process":
-        number = str(renameat2_number())
-        process = subprocess.Popen([sys.executable, "-c", _SWAPPER, str(layout.folder), str(layout.parked), number])
-        swaps[0] = -1
+        arguments = [str(layout.folder), str(layout.parked), str(renameat2_number())]
+        process = subprocess.Popen([sys.executable, "-c", _SWAPPER, *arguments], stdout=subprocess.PIPE, text=True)
+        assert process.stdout is not None
+        process.stdout.readline()
     try:
-        yield lambda: swaps[0]
+        yield swaps
     finally:
         stop.set()
         if worker is not None:
             worker.join()
         if process is not None:
             process.terminate()
-            process.wait()
+            output, _ = process.communicate()
+            swaps[0] = int(output.strip() or 0)
         if layout.folder.is_symlink():
             exchange(layout.folder, layout.parked)
 
@@ -253,6 +264,10 @@ def run_operations(call: Call, operations: int, seconds: float | None = None) ->
         tally.seconds[tool] = tally.seconds.get(tool, 0.0) + time.perf_counter() - started
         tally.operations[tool] = tally.operations.get(tool, 0) + 1
         text = repr(outcome)
+        if text.startswith("ErrorOutcome("):
+            tally.failed += 1
+        if "outside the workspace" in text:
+            tally.refused += 1
         if MARKER in text:
             tally.leaked.append(f"{tool} {json.dumps(arguments)}: {text[:300]}")
     return tally
@@ -288,12 +303,14 @@ def race(base: Path, operations: int, swapper: str, seconds: float | None = None
     call = tool_caller(layout.workspace.resolve())
     with swapping(layout, swapper) as swaps:
         tally = run_operations(call, operations, seconds)
-        made = swaps()
-    return tally, outside_changes(before, layout.outside), made
+    return tally, outside_changes(before, layout.outside), swaps[0]
 
 
 def _report(label: str, tally: Tally, changes: OutsideChanges, swaps: int, source: str) -> None:
-    print(f"{label}: {tally.total} operations on {source} (swapper: {swaps if swaps >= 0 else 'process'} swaps)")
+    print(
+        f"{label}: {tally.total} operations on {source}, {swaps} swaps; "
+        f"{tally.total - tally.failed} succeeded, {tally.refused} refused as outside"
+    )
     for tool in sorted(tally.operations):
         print(f"  {tool:<12} {tally.operations[tool]:>7} ops  {tally.rate(tool):>9.0f} ops/s")
     escapes = len(tally.leaked) + changes.total
