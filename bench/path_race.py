@@ -79,6 +79,7 @@ class Tally:
 
     operations: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
     leaked: list[str] = field(default_factory=list)
     refused: int = 0
     failed: int = 0
@@ -90,6 +91,11 @@ class Tally:
     def rate(self, tool: str) -> float:
         seconds = self.seconds.get(tool, 0.0)
         return self.operations.get(tool, 0) / seconds if seconds else 0.0
+
+    def cpu_micros(self, tool: str) -> float:
+        """CPU time (user and system, of the calling thread) per call: steadier than the rate on a busy box."""
+        operations = self.operations.get(tool, 0)
+        return self.cpu_seconds.get(tool, 0.0) * 1e6 / operations if operations else 0.0
 
 
 @dataclass(frozen=True)
@@ -259,9 +265,10 @@ def run_operations(call: Call, operations: int, seconds: float | None = None) ->
         if deadline is not None and time.monotonic() > deadline:
             break
         tool, arguments = schedule.next(number)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         outcome = call(tool, json.dumps(arguments))
         tally.seconds[tool] = tally.seconds.get(tool, 0.0) + time.perf_counter() - started
+        tally.cpu_seconds[tool] = tally.cpu_seconds.get(tool, 0.0) + time.thread_time() - cpu_started
         tally.operations[tool] = tally.operations.get(tool, 0) + 1
         text = repr(outcome)
         if text.startswith("ErrorOutcome("):
@@ -312,7 +319,10 @@ def _report(label: str, tally: Tally, changes: OutsideChanges, swaps: int, sourc
         f"{tally.total - tally.failed} succeeded, {tally.refused} refused as outside"
     )
     for tool in sorted(tally.operations):
-        print(f"  {tool:<12} {tally.operations[tool]:>7} ops  {tally.rate(tool):>9.0f} ops/s")
+        print(
+            f"  {tool:<12} {tally.operations[tool]:>7} ops  {tally.rate(tool):>9.0f} ops/s"
+            f"  {tally.cpu_micros(tool):>7.0f} µs CPU/op"
+        )
     escapes = len(tally.leaked) + changes.total
     print(
         f"  escapes: {escapes} of {tally.total} operations — results with outside content {len(tally.leaked)}, "
