@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,57 +14,64 @@ from .context import ToolContext
 from .errors import ToolError, shown
 from .files import SNIFF_BYTES, is_binary
 from .globbing import expand_braces, name_regex, segments
-from .listing import require_folder
-from .paths import is_inside, resolve_in_workspace, workspace_root
+from .paths import LISTING_FLAGS, Resolved, Root, is_inside
 from .read import WHOLE_LINE, display_line
 from .ripgrep import STDIN_PATH, FileMatches, RgQuery, rg_search
-from .walk import entries, is_real_folder, is_workspace_file
-
-_SEARCHED_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+from .walk import Entry, is_workspace_file, walk_folders
 
 
 def glob(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """The files below ``path`` whose path relative to it matches ``pattern``, sorted."""
     call = Args(args, "glob", ctx.config)
     pattern = call.text("pattern")
-    folder = require_folder(resolve_in_workspace(call.text("path", "."), ctx), ctx)
-    root = workspace_root(ctx)
-    folder, pattern = _anchor(pattern, folder, root, ctx)
     found: set[str] = set()
-    for alternative in expand_braces(pattern):
-        found |= glob_files(folder, segments(alternative), root)
+    with Root(ctx) as root:
+        folder = root.resolve(call.text("path", "."))
+        root.require_folder(folder)
+        base, pattern = _anchor(pattern, folder.path, root.path, ctx)
+        start = folder if base == folder.path else root.resolve(".")
+        for alternative in expand_braces(pattern):
+            found |= glob_files(root, start, segments(alternative))
     lines = sorted(shown(path) for path in found)
     return ListingOutcome("\n".join(lines) if lines else ctx.config.text("no_matches"))
 
 
-def glob_files(folder: str, parts: list[str], root: str) -> set[str]:
-    """The workspace files below ``folder`` matching the pattern ``parts``, walked part by part."""
+def glob_files(root: Root, folder: Resolved, parts: list[str]) -> set[str]:
+    """The workspace files below ``folder`` matching the pattern ``parts``, walked part by part through
+    descriptors (a folder and a part index are visited once)."""
     found: set[str] = set()
-    if not parts:
+    if not parts or folder.fd is None:
         return found
     regexes = [None if part == "**" else name_regex(part) for part in parts]
-    pending = [(folder, 0)]
-    visited: set[tuple[str, int]] = set()
-    while pending:
-        current, index = pending.pop()
-        if (current, index) in visited:
-            continue
-        visited.add((current, index))
+    visited = {(folder.path, 0)}
+
+    def visit(path: str, index: int, listed: list[Entry]) -> list[tuple[str | None, int]]:
         regex = regexes[index]
         last = index == len(parts) - 1
+        children: list[tuple[str | None, int]] = []
+
+        def enter(name: str | None, next_index: int) -> None:
+            key = (path if name is None else os.path.join(path, name), next_index)
+            if key not in visited:
+                visited.add(key)
+                children.append((name, next_index))
+
         if regex is None and not last:
-            pending.append((current, index + 1))
-        for entry in entries(current):
+            enter(None, index + 1)
+        for entry in listed:
             if regex is None:
-                if is_real_folder(entry):
-                    pending.append((entry.path, index))
-                elif last and is_workspace_file(entry, root):
+                if entry.kind == "folder":
+                    enter(entry.name, index)
+                elif last and is_workspace_file(root, entry):
                     found.add(entry.path)
             elif regex.fullmatch(entry.name):
-                if not last and is_real_folder(entry):
-                    pending.append((entry.path, index + 1))
-                elif last and is_workspace_file(entry, root):
+                if not last and entry.kind == "folder":
+                    enter(entry.name, index + 1)
+                elif last and is_workspace_file(root, entry):
                     found.add(entry.path)
+        return children
+
+    walk_folders(folder.fd, folder.path, 0, visit)
     return found
 
 
@@ -114,23 +119,15 @@ class Searched:
 
 
 def open_searched(given: str, ctx: ToolContext) -> Searched:
-    """``given`` resolved inside the workspace and opened (``O_NOFOLLOW``: a symlink swapped in since the
-    resolution is refused, not followed); refused unless it is a folder or a regular file."""
-    config = ctx.config
-    path = resolve_in_workspace(given, ctx)
-    try:
-        fd = os.open(path, _SEARCHED_FLAGS)
-    except OSError as error:
-        if error.errno in (errno.ENOENT, errno.ENOTDIR):
-            raise ToolError(config.error("not_found", path=shown(path))) from None
-        if error.errno == errno.ELOOP:
-            raise ToolError(config.error("symlink_loop", path=shown(path))) from None
-        raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
-        os.close(fd)
-        raise ToolError(config.error("special_file", path=shown(path)))
-    return Searched(path, fd, stat.S_ISDIR(mode))
+    """``given`` resolved inside the workspace from its descriptor and opened; refused unless it is a
+    folder or a regular file."""
+    with Root(ctx) as root:
+        target = root.resolve(given)
+        if target.kind == "folder":
+            fd = os.open(".", LISTING_FLAGS, dir_fd=root.require_folder(target))
+            return Searched(Path(target.path), fd, True)
+        with root.open_file(target) as handle:
+            return Searched(Path(target.path), os.dup(handle.fileno()), False)
 
 
 def _absolute(target: Searched, name: str) -> str:
