@@ -142,3 +142,10 @@ def test_the_https_redirect(client: Client) -> None:
     assert response.status_code == 301
     assert response["Location"] == "https://testserver/login/"
     assert response["Content-Security-Policy"] == POLICY
+
+
+def test_the_favicon_for_pages_that_do_not_name_one(client: Client) -> None:
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301
+    assert response["Location"] == "/static/cachet/favicon.svg"
+    assert response["Content-Security-Policy"] == POLICY
