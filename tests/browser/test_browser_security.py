@@ -25,7 +25,7 @@ from chat.testing.scripted_server import Step
 from chat.tools import tool_list
 from sessions_app.models import ChatSession, Result, Turn
 from sessions_app.services.sessions import session_start
-from tests.browser.browser_kit import Browser, World, in_thread, login
+from tests.browser.browser_kit import Browser, World, in_thread, login, screenshot
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=15_000)
@@ -300,6 +300,7 @@ def test_cachets_pages_and_the_admin_load_without_a_policy_violation(
     expect(page.locator("h1")).to_have_text("Not found")
     expect(page.locator(".error-page a.button")).to_have_attribute("href", "/")
     expect(page.locator("header.top")).to_have_css("display", "flex")  # Cachet's stylesheet applies
+    screenshot(page, "not_found")
     assert _no_violations(page) == []
     assert responses[-1].status == 404
     assert all(response.headers.get("content-security-policy") for response in responses)
