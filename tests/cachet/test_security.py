@@ -83,6 +83,13 @@ def test_the_404_page_is_cachets_with_a_link_home(ada: Client) -> None:
     assert "<code>/no/such/page/</code>" in html
 
 
+def test_the_404_page_reads_nothing_from_the_database(ada: Client, django_assert_num_queries: Any) -> None:
+    """Django renders an error page in a worker thread of its own under ASGI, where a database connection
+    would stay open: the page shows no user, so it needs no session either."""
+    with django_assert_num_queries(0):
+        assert ada.get("/no/such/page/").status_code == 404
+
+
 @pytest.mark.parametrize("path", ["/sessions/99999999999999999999/", "/sessions/9223372036854775808/chart"])
 def test_ids_past_bigint_are_404(ada: Client, path: str) -> None:
     response = ada.get(path)
