@@ -11,7 +11,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.auth import get_user
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 
@@ -51,6 +51,14 @@ def _sync_html(session_id: int) -> tuple[str, runner.Snapshot | None]:
     state = runner.page_state(session)
     html = fragments.sync(session, live=state.live, running=state.running, label=state.label)
     return html, state.snapshot
+
+
+class NotFoundConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+    """Any websocket path but a session's: accepted, then closed with 4404 as a missing session is."""
+
+    async def connect(self) -> None:
+        await self.accept()
+        await self.close(code=NOT_FOUND)
 
 
 class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -24,35 +22,7 @@ from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Turn, 
 from sessions_app.selectors.sessions import result_get, session_get, session_list
 from sessions_app.services.sessions import session_delete, session_rename, session_start
 
-CONTENT_SECURITY_POLICY = "; ".join(
-    [
-        "default-src 'self'",
-        "script-src 'self'",
-        "style-src 'self'",
-        "img-src 'self' data:",
-        "connect-src 'self'",
-        "font-src 'self'",
-        "object-src 'none'",
-        "base-uri 'none'",
-        "form-action 'self'",
-        "frame-ancestors 'none'",
-    ]
-)
 MODEL_LIST_TIMEOUT = 5.0
-
-View = Callable[..., HttpResponseBase]
-
-
-def page(view: View) -> View:
-    """Login required, and the content security policy that keeps a page on Cachet's own host."""
-
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        response = view(request, *args, **kwargs)
-        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-        return response
-
-    return login_required(wrapped)
 
 
 def _user(request: HttpRequest) -> User:
@@ -68,7 +38,7 @@ def _session(request: HttpRequest, session_id: int) -> ChatSession:
     return session
 
 
-@page
+@login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     return render(request, "chat/home.html", {"sessions": session_list(owner=request.user)})
@@ -85,7 +55,7 @@ def default_model(endpoint: ModelEndpoint) -> str:
     return models[0] if models else "default"
 
 
-@page
+@login_required
 @require_http_methods(["GET", "POST"])
 def session_new(request: HttpRequest) -> HttpResponse:
     form = NewSessionForm(request.POST or None, user=request.user)
@@ -104,7 +74,7 @@ def session_new(request: HttpRequest) -> HttpResponse:
     return render(request, "chat/new_session.html", {"form": form})
 
 
-@page
+@login_required
 @require_GET
 def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _session(request, session_id)
@@ -114,7 +84,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
     return render(request, "chat/session.html", context)
 
 
-@page
+@login_required
 @require_POST
 def session_rename_view(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _session(request, session_id)
@@ -126,7 +96,7 @@ def session_rename_view(request: HttpRequest, session_id: int) -> HttpResponse:
     return redirect("home")
 
 
-@page
+@login_required
 @require_POST
 def session_delete_view(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _session(request, session_id)
@@ -144,7 +114,7 @@ def session_delete_view(request: HttpRequest, session_id: int) -> HttpResponse:
     return redirect("home")
 
 
-@page
+@login_required
 @require_GET
 def session_chart(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _session(request, session_id)
@@ -160,7 +130,7 @@ def _positive(value: str | None, default: int) -> int:
     return max(1, number)
 
 
-@page
+@login_required
 @require_GET
 def result_page(request: HttpRequest, session_id: int, number: int) -> HttpResponse:
     """A stored result's full text, a window of lines at a time, as ``recall`` pages it."""
