@@ -1,6 +1,8 @@
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 CACHET_DATA=/data
 WORKDIR /app
+# run executes commands in a bubblewrap sandbox (see README, "What run can reach").
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap git && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml README.md ./
 COPY cachet cachet
 COPY sessions_app sessions_app

@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels behind origin and auth checks."""
+"""ASGI entry point: HTTP through Django; websockets through Channels behind the exact origin check, the allowed
+hosts check and the session login."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from cachet.origins import ExactOriginValidator  # noqa: E402
 from chat.web.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": ExactOriginValidator(
+            AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+        ),
     }
 )

@@ -60,6 +60,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "cachet.security.ContentSecurityPolicyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -162,14 +163,22 @@ SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
-SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
-SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
-CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
-SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0"))
+USE_X_FORWARDED_HOST = env_bool("USE_X_FORWARDED_HOST", False)
+
+# CACHET_TLS: people reach Cachet over https, through a proxy that terminates TLS and sets X-Forwarded-Proto.
+ONE_YEAR = 365 * 24 * 60 * 60
+CACHET_TLS = env_bool("CACHET_TLS", False)
+SESSION_COOKIE_SECURE = CACHET_TLS
+CSRF_COOKIE_SECURE = CACHET_TLS
+SECURE_SSL_REDIRECT = CACHET_TLS
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS") or (ONE_YEAR if CACHET_TLS else 0))
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
-SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
-if env_bool("BEHIND_PROXY", False):
+SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0 and env_bool("SECURE_HSTS_PRELOAD", False)
+if CACHET_TLS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+if SECURE_HSTS_SECONDS and not SECURE_HSTS_PRELOAD:
+    # Preloading is a promise to browsers' built-in lists that is slow to take back; only on request.
+    SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 CACHET_MODEL_URL = os.environ.get("CACHET_MODEL_URL", "http://127.0.0.1:8080/v1")
 CACHET_MODEL = os.environ.get("CACHET_MODEL", "")
@@ -182,6 +191,7 @@ CACHET_CHUNK_TIMEOUT = float(os.environ.get("CACHET_CHUNK_TIMEOUT", "120"))
 CACHET_MAX_STEPS = int(os.environ.get("CACHET_MAX_STEPS", "0")) or None
 CACHET_MAX_MESSAGE_BYTES = int(os.environ.get("CACHET_MAX_MESSAGE_BYTES", "200000"))
 CACHET_CHECK_REQUESTS = env_bool("CACHET_CHECK_REQUESTS", False)
+CACHET_BWRAP = os.environ.get("CACHET_BWRAP") or "/usr/bin/bwrap"
 
 LOGGING: dict[str, Any] = {
     "version": 1,

@@ -50,7 +50,7 @@ class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
 
 @admin.register(Workspace)
 class WorkspaceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ["name", "folder", "allow_commands"]
+    list_display = ["name", "folder", "allow_commands", "allow_network"]
     filter_horizontal = ["members"]
     search_fields = ["name", "folder"]
 
@@ -105,11 +105,10 @@ class TurnAdmin(ReadOnlyAdmin):
 def _numbered(text: str) -> SafeString:
     rows = format_html_join(
         "",
-        '<tr><td style="text-align:right;color:#888;padding-right:8px;user-select:none">{}</td>'
-        '<td><pre style="margin:0;white-space:pre-wrap">{}</pre></td></tr>',
+        '<tr><td class="number">{}</td><td><pre>{}</pre></td></tr>',
         ((number, line) for number, line in enumerate(text.split("\n"), start=1)),
     )
-    return format_html('<table class="cachet-lines" style="font-size:12px">{}</table>', rows)
+    return format_html('<table class="cachet-lines">{}</table>', rows)
 
 
 @admin.register(Result)
@@ -132,6 +131,9 @@ class ResultAdmin(ReadOnlyAdmin):
     )
     fields = readonly_fields
 
+    class Media:
+        css = {"all": ["cachet/admin.css"]}
+
     @admin.display(description="id", ordering="number")
     def result_id(self, result: Result) -> str:
         return format_id(result.number, 4)
@@ -143,9 +145,9 @@ class ResultAdmin(ReadOnlyAdmin):
     @admin.display(description="inserted text | full text")
     def texts(self, result: Result) -> SafeString:
         return format_html(
-            '<div style="display:flex;gap:16px;align-items:flex-start">'
-            '<div style="flex:1;min-width:0"><h3>Inserted text (sent to the model)</h3>{}</div>'
-            '<div style="flex:1;min-width:0"><h3>Full text (stored)</h3>{}</div></div>',
+            '<div class="cachet-texts">'
+            "<div><h3>Inserted text (sent to the model)</h3>{}</div>"
+            "<div><h3>Full text (stored)</h3>{}</div></div>",
             _numbered(result.inserted_text),
             _numbered(result.full_text),
         )

@@ -12,6 +12,9 @@ class Workspace(models.Model):
     name = models.CharField(max_length=100, unique=True)
     folder = models.CharField(max_length=1000)
     allow_commands = models.BooleanField(default=False)
+    allow_network = models.BooleanField(
+        default=False, help_text="Whether commands (run) may use the network; without it they see none."
+    )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="workspaces")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -136,3 +137,26 @@ def live_session(user: Any, workspace: Workspace, live_endpoint: ModelEndpoint, 
         model_name="scripted",
         tools=tool_list(allow_commands=workspace.allow_commands),
     )
+
+
+def _rg_children() -> dict[int, str]:
+    """The ``rg`` processes this process started, by pid, with their state letter (``R``, ``S``, ``Z``…)."""
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        state, parent = stat[stat.rindex(")") + 2 :].split()[:2]
+        if name == "rg" and int(parent) == os.getpid():
+            found[int(entry.name)] = state
+    return found
+
+
+@pytest.fixture
+def rg_children() -> Any:
+    """A function listing the ``rg`` processes this test process started (pid → state letter)."""
+    return _rg_children

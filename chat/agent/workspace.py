@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from chat.tools import ToolContext, ToolError, resolve_in_workspace
+from django.conf import settings
+
+from chat.tools import Sandbox, ToolContext, ToolError
+from chat.tools.context import never_cancelled
+from chat.tools.paths import Resolved, Root
+from chat.tools.writes import PendingWrite, commit
 from sessions_app import prompts
 from sessions_app.hygiene import PriorResult, format_id, last_seen_sha
 from sessions_app.hygiene.config import ContextConfig
@@ -34,6 +40,25 @@ def workspace_context(session: ChatSession, *, config: ContextConfig | None = No
         run_timeout=int(loop["run_timeout"]),
         run_max_timeout=int(loop["run_max_timeout"]),
         edit_max_bytes=int(loop["edit_max_bytes"]),
+        grep_timeout=float(loop["grep_timeout"]),
+        grep_max_bytes=int(loop["grep_max_bytes"]),
+        allow_network=session.workspace.allow_network,
+        sandbox=sandbox_settings(),
+    )
+
+
+def sandbox_settings() -> Sandbox:
+    """How ``run`` confines commands here: the settings' bubblewrap, ``loop.json``'s limits, and Cachet's
+    data folder and database socket folder hidden should a workspace hold them."""
+    loop = prompts.loop_settings()
+    database = settings.DATABASES["default"]
+    hosts = (database.get("HOST"), database.get("OPTIONS", {}).get("host"))
+    hidden = [str(settings.CACHET_DATA), *(host for host in hosts if isinstance(host, str) and host.startswith("/"))]
+    return Sandbox(
+        bwrap=settings.CACHET_BWRAP,
+        memory_bytes=int(loop["run_memory_bytes"]),
+        max_processes=int(loop["run_max_processes"]),
+        hidden=tuple(hidden),
     )
 
 
@@ -41,7 +66,7 @@ def tool_context(
     session: ChatSession,
     *,
     table: Sequence[PriorResult],
-    cancelled: Callable[[], bool] = lambda: False,
+    cancelled: Callable[[], bool] = never_cancelled,
     config: ContextConfig | None = None,
 ) -> ToolContext:
     """The context the tools of one call run in; ``table`` is what the model has seen in this reply."""
@@ -52,20 +77,15 @@ def tool_context(
     )
 
 
-def _inside(context: ToolContext, path: str) -> Path | None:
-    """``path`` resolved by the tools' own confinement, or ``None`` where they would refuse it."""
-    try:
-        return resolve_in_workspace(path, context)
-    except ToolError:
-        return None
-
-
 def read_instructions(session: ChatSession) -> str | None:
     """The workspace's ``AGENTS.md`` when it is a text file inside the workspace, else ``None``."""
-    path = _inside(workspace_context(session), INSTRUCTIONS_FILE)
-    if path is None or not path.is_file():
+    try:
+        with Root(workspace_context(session)) as root:
+            handle = root.open_file(root.resolve(INSTRUCTIONS_FILE))
+    except (ToolError, FileNotFoundError, NotADirectoryError):
         return None
-    data = path.read_bytes()
+    with handle:
+        data = handle.read()
     if b"\x00" in data[:8192]:
         return None
     return data.decode("utf-8", errors="replace").strip() or None
@@ -77,34 +97,48 @@ class RestoreReport:
     conflicts: list[str]
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+def _current(root: Root, target: Resolved) -> tuple[bytes | None, int | None]:
+    """The bytes and mode of the regular file at ``target``, or ``(None, None)`` where there is none."""
+    if target.kind != "file":
+        return None, None
+    try:
+        handle = root.open_file(target)
+    except ToolError:
+        return None, None
+    with handle:
+        return handle.read(), os.fstat(handle.fileno()).st_mode & 0o7777
 
 
 def restore_files(session: ChatSession, edits: list[Result]) -> RestoreReport:
     """Undo the file changes of taken-back edits, newest first, where a file still has what the edit left."""
-    context = workspace_context(session)
     restored: list[str] = []
     conflicts: list[str] = []
-    for edit in edits:
-        for change in reversed(edit.changed_files):
-            path = _inside(context, change["abs_path"])
-            if path is None:
-                conflicts.append(f"{change['abs_path']}: outside the workspace now")
-                continue
-            left_sha = change["sha256"]
-            if _sha256(path) != left_sha:
-                conflicts.append(f"{path}: changed since {edit_id(edit)}; left as it is")
-                continue
-            if change["action"] == "create":
-                path.unlink()
-            elif change["previous_text"] is None:
-                conflicts.append(f"{path}: the earlier content was not stored; left as it is")
-                continue
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(change["previous_text"].encode("utf-8"))
-            restored.append(str(path))
+    try:
+        root = Root(workspace_context(session))
+    except OSError as error:
+        paths = [change["abs_path"] for edit in edits for change in edit.changed_files]
+        return RestoreReport(restored=[], conflicts=[f"{path}: {error.strerror}; left as it is" for path in paths])
+    with root:
+        for edit in edits:
+            for change in reversed(edit.changed_files):
+                try:
+                    target = root.resolve(change["abs_path"])
+                except ToolError:
+                    conflicts.append(f"{change['abs_path']}: outside the workspace now")
+                    continue
+                path = target.path
+                data, mode = _current(root, target)
+                if (hashlib.sha256(data).hexdigest() if data is not None else "") != change["sha256"]:
+                    conflicts.append(f"{path}: changed since {edit_id(edit)}; left as it is")
+                    continue
+                if change["action"] == "create":
+                    commit([PendingWrite(target, None, data, mode)])
+                elif change["previous_text"] is None:
+                    conflicts.append(f"{path}: the earlier content was not stored; left as it is")
+                    continue
+                else:
+                    commit([PendingWrite(target, change["previous_text"].encode("utf-8"), data, mode)])
+                restored.append(path)
     return RestoreReport(restored=restored, conflicts=conflicts)
 
 

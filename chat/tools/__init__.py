@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .context import ToolContext
+from .context import Sandbox, ToolContext
 from .edits import edit, multiedit, write
 from .errors import ToolError
 from .listing import list_
@@ -19,6 +19,7 @@ __all__ = [
     "MODE_CATEGORIES",
     "TOOLS",
     "TOOLS_BY_NAME",
+    "Sandbox",
     "Tool",
     "ToolContext",
     "ToolError",

@@ -3,15 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sessions_app.hygiene.config import ContextConfig
 
 
+def never_cancelled() -> bool:
+    """The cancel signal of a call that nothing can stop."""
+    return False
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How ``run`` confines a command: the bubblewrap binary, the cgroup file system, the limits of one
+    call (memory in bytes, processes and threads), and folders to cover with an empty one should they
+    lie inside the workspace (Cachet's own data)."""
+
+    bwrap: str = "/usr/bin/bwrap"
+    cgroup_root: str = "/sys/fs/cgroup"
+    memory_bytes: int = 2 * 1024**3
+    max_processes: int = 256
+    hidden: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class ToolContext:
-    """The session's side of a tool call. ``root`` is the workspace folder, already resolved."""
+    """The session's side of a tool call. ``root`` is the workspace folder, already resolved; a tool that
+    can run long (``grep``) polls ``cancelled`` and ends when it turns true (Stop)."""
 
     root: Path
     config: ContextConfig
@@ -23,4 +42,8 @@ class ToolContext:
     run_max_timeout: int = 3600
     edit_max_bytes: int = 10_000_000
     spool_dir: Path | None = None
-    cancelled: Callable[[], bool] = lambda: False
+    grep_timeout: float = 60.0
+    grep_max_bytes: int = 10_000_000
+    cancelled: Callable[[], bool] = never_cancelled
+    allow_network: bool = False
+    sandbox: Sandbox = field(default_factory=Sandbox)

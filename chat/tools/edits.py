@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.hygiene.outcomes import EditOutcome, Outcome
@@ -15,7 +13,7 @@ from .context import ToolContext
 from .editing import create, load_existing, update
 from .errors import ToolError, shown
 from .files import clean
-from .paths import resolve_in_workspace
+from .paths import Root
 from .writes import check_parent, commit
 
 
@@ -35,8 +33,7 @@ def edit(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     replacement = Replacement(
         clean(call.text("old_string")), clean(call.text("new_string")), call.flag("replace_all", False)
     )
-    path = resolve_in_workspace(given, ctx)
-    return _apply(given, path, [replacement], ctx, numbered=False)
+    return _apply(given, [replacement], ctx, numbered=False)
 
 
 def multiedit(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
@@ -44,8 +41,7 @@ def multiedit(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     call = Args(args, "multiedit", ctx.config)
     given = call.text("path")
     replacements = _replacements(call)
-    path = resolve_in_workspace(given, ctx)
-    return _apply(given, path, replacements, ctx, numbered=True)
+    return _apply(given, replacements, ctx, numbered=True)
 
 
 def write(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
@@ -53,20 +49,21 @@ def write(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     call = Args(args, "write", ctx.config)
     given = call.text("path")
     content = clean(call.text("content"))
-    path = resolve_in_workspace(given, ctx)
-    if os.path.lexists(path):
-        current = load_existing(path, ctx)
-        change, pending = update(given, current, content, ctx)
-        if content != current.text:
-            commit([pending])
-        return EditOutcome((change,))
-    check_parent(path, ctx)
-    change, pending = create(given, path, content, ctx)
-    commit([pending])
+    with Root(ctx) as root:
+        target = root.resolve(given)
+        if target.kind != "missing":
+            current = load_existing(root, target, ctx)
+            change, pending = update(given, current, content, ctx)
+            if content != current.text:
+                commit([pending])
+            return EditOutcome((change,))
+        check_parent(target, ctx)
+        change, pending = create(given, target, content, ctx)
+        commit([pending])
     return EditOutcome((change,))
 
 
-def replace_text(text: str, replacement: Replacement, path: Path, config: ContextConfig) -> str:
+def replace_text(text: str, replacement: Replacement, path: str, config: ContextConfig) -> str:
     """``text`` with the replacement made; in a CRLF file, ``\\n`` in the strings stands for ``\\r\\n``."""
     old, new = replacement.old, replacement.new
     if old == new:
@@ -86,25 +83,27 @@ def replace_text(text: str, replacement: Replacement, path: Path, config: Contex
     return text.replace(old, new) if replacement.replace_all else text.replace(old, new, 1)
 
 
-def _apply(given: str, path: Path, replacements: Sequence[Replacement], ctx: ToolContext, *, numbered: bool) -> Outcome:
+def _apply(given: str, replacements: Sequence[Replacement], ctx: ToolContext, *, numbered: bool) -> Outcome:
     config = ctx.config
     first = replacements[0]
-    if not os.path.lexists(path) and first.old == "" and first.new != "":
-        check_parent(path, ctx)
-        text = _replace_all_of(first.new, replacements[1:], path, config, numbered=numbered, start=2)
-        change, pending = create(given, path, text, ctx)
-    else:
-        current = load_existing(path, ctx)
-        text = _replace_all_of(current.text, replacements, path, config, numbered=numbered, start=1)
-        change, pending = update(given, current, text, ctx)
-    commit([pending])
+    with Root(ctx) as root:
+        target = root.resolve(given)
+        if target.kind == "missing" and first.old == "" and first.new != "":
+            check_parent(target, ctx)
+            text = _replace_all_of(first.new, replacements[1:], target.path, config, numbered=numbered, start=2)
+            change, pending = create(given, target, text, ctx)
+        else:
+            current = load_existing(root, target, ctx)
+            text = _replace_all_of(current.text, replacements, current.path, config, numbered=numbered, start=1)
+            change, pending = update(given, current, text, ctx)
+        commit([pending])
     return EditOutcome((change,))
 
 
 def _replace_all_of(
     text: str,
     replacements: Sequence[Replacement],
-    path: Path,
+    path: str,
     config: ContextConfig,
     *,
     numbered: bool,

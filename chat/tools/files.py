@@ -3,40 +3,22 @@
 from __future__ import annotations
 
 import difflib
-import errno
 import os
-import stat
 from pathlib import Path
 from typing import BinaryIO
 
 from .context import ToolContext
-from .errors import ToolError, printable, shown
+from .errors import printable
+from .paths import Root
 
 SNIFF_BYTES = 8192
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def open_regular(path: str | Path, ctx: ToolContext) -> BinaryIO:
-    """Open the resolved ``path`` for reading; refused unless it is a regular file.
-
-    ``O_NOFOLLOW`` keeps a symlink swapped in after resolution from being followed, and ``O_NONBLOCK``
-    keeps a FIFO from blocking the call.
-    """
-    config = ctx.config
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError as error:
-        if error.errno in (errno.ENOENT, errno.ENOTDIR):
-            raise ToolError(config.error("not_found", path=shown(path))) from None
-        if error.errno == errno.ELOOP:
-            raise ToolError(config.error("symlink_loop", path=shown(path))) from None
-        raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        key = "is_folder" if stat.S_ISDIR(mode) else "special_file"
-        raise ToolError(config.error(key, path=shown(path)))
-    return os.fdopen(fd, "rb")
+    """Open the workspace file at ``path`` for reading, resolved from the workspace's descriptor (see
+    ``paths``); refused unless it is a regular file inside the workspace."""
+    with Root(ctx) as root:
+        return root.open_file(root.resolve(os.fspath(path)))
 
 
 def is_binary(head: bytes) -> bool:

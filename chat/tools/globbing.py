@@ -71,19 +71,6 @@ def segment_regex(segment: str) -> str:
     return "".join(out)
 
 
-def path_regex(pattern: str) -> re.Pattern[str]:
-    """A regular expression matching whole relative paths (``/``-separated) against ``pattern``."""
-    parts = segments(pattern)
-    out: list[str] = []
-    for index, part in enumerate(parts):
-        last = index == len(parts) - 1
-        if part == "**":
-            out.append(".*" if last else "(?:[^/]+/)*")
-        else:
-            out.append(segment_regex(part) + ("" if last else "/"))
-    return re.compile("".join(out), re.DOTALL)
-
-
 def name_regex(segment: str) -> re.Pattern[str]:
     """A regular expression matching one file or folder name against ``segment``."""
     return re.compile(segment_regex(segment), re.DOTALL)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -10,32 +9,25 @@ from sessions_app.hygiene.outcomes import ListingOutcome, Outcome
 
 from .args import Args
 from .context import ToolContext
-from .errors import ToolError, shown
-from .paths import link_target_inside, resolve_in_workspace, workspace_root
-from .walk import entries, is_real_folder
+from .errors import shown
+from .paths import Root
+from .walk import entries, shows_as_folder
 
 
 def list_(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """The entries of a folder, sorted. A symlink is shown by its own path, as a folder only when it
     leads to a folder inside the workspace."""
     call = Args(args, "list", ctx.config)
-    folder = require_folder(resolve_in_workspace(call.text("path", "."), ctx), ctx)
-    root = workspace_root(ctx)
-    lines = sorted(shown(entry.path) + ("/" if _shows_as_folder(entry, root) else "") for entry in entries(folder))
+    with Root(ctx) as root:
+        folder = root.resolve(call.text("path", "."))
+        listed = entries(root.require_folder(folder), folder.path)
+        lines = sorted(shown(entry.path) + ("/" if shows_as_folder(root, entry) else "") for entry in listed)
     return ListingOutcome("\n".join(lines) if lines else ctx.config.text("no_matches"))
 
 
 def require_folder(path: Path, ctx: ToolContext) -> str:
-    """``path`` as a string when it is a folder; else the error naming it."""
-    if not os.path.lexists(path):
-        raise ToolError(ctx.config.error("not_found", path=shown(path)))
-    if not os.path.isdir(path):
-        raise ToolError(ctx.config.error("not_folder", path=shown(path)))
-    return str(path)
-
-
-def _shows_as_folder(entry: os.DirEntry[str], root: str) -> bool:
-    if entry.is_symlink():
-        target = link_target_inside(entry.path, root)
-        return target is not None and os.path.isdir(target)
-    return is_real_folder(entry)
+    """``path`` as a string when it is a folder of the workspace; else the error naming it."""
+    with Root(ctx) as root:
+        folder = root.resolve(str(path))
+        root.require_folder(folder)
+        return folder.path

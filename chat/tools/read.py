@@ -12,8 +12,8 @@ from sessions_app.hygiene.outcomes import Outcome, ReadOutcome
 from .args import Args
 from .context import ToolContext
 from .errors import ToolError, shown
-from .files import is_binary, open_regular
-from .paths import resolve_in_workspace
+from .files import is_binary
+from .paths import open_file
 
 CHUNK_BYTES = 1 << 20
 _NEWLINE = b"\n"
@@ -40,15 +40,14 @@ def read(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     given = call.text("path")
     offset = call.number("offset", 1, minimum=1)
     limit = min(call.number("limit", config.read_window, minimum=1), config.read_window)
-    path = resolve_in_workspace(given, ctx)
     line_chars = WHOLE_LINE
-    with open_regular(path, ctx) as handle:
+    with open_file(ctx, given) as (path, handle):
         scan = scan_window(handle, offset, offset + limit - 1, line_chars * 4)
     if scan.binary:
         raise ToolError(config.error("binary", path=shown(path)))
     total = scan.total_lines
     if total == 0:
-        return ReadOutcome(given, str(path), offset, limit, 0, 0, 0, scan.sha256, "")
+        return ReadOutcome(given, path, offset, limit, 0, 0, 0, scan.sha256, "")
     if offset > total:
         raise ToolError(config.error("offset_past_end", offset=offset, path=shown(path), total=total))
     last = min(offset + limit - 1, total)
@@ -57,7 +56,7 @@ def read(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
         f"{number}: {display_line(raw, truncated, line_chars, cut)}"
         for number, (raw, truncated) in enumerate(scan.lines, start=offset)
     )
-    return ReadOutcome(given, str(path), offset, limit, offset, last, total, scan.sha256, body)
+    return ReadOutcome(given, path, offset, limit, offset, last, total, scan.sha256, body)
 
 
 def display_line(raw: bytes, truncated: bool, max_chars: int, cut: str) -> str:

@@ -1,11 +1,12 @@
-"""``run``: a shell command in the workspace, its output spooled to a file while it runs."""
+"""``run``: a shell command in a sandbox holding the workspace (see ``sandbox``), its output spooled to a
+file while it runs."""
 
 from __future__ import annotations
 
-import contextlib
+import errno
+import math
 import os
-import signal
-import subprocess
+import select
 import tempfile
 import time
 from collections.abc import Mapping
@@ -17,15 +18,13 @@ from .args import Args
 from .context import ToolContext
 from .errors import ToolError
 from .paths import workspace_root
+from .sandbox import sandboxed
 
-KILL_GRACE = 2.0
 _POLL_FIRST, _POLL_MAX = 0.005, 0.1
-_KEPT_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "HOME", "USER", "LOGNAME", "TMPDIR")
-_SET_ENV = {"TERM": "dumb", "NO_COLOR": "1", "PAGER": "cat", "GIT_PAGER": "cat", "SHELL": "/bin/sh"}
 
 
 def run(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
-    """Run ``command`` with ``/bin/sh -c`` in the workspace; its output as it came, then its exit."""
+    """Run ``command`` with ``/bin/sh -c`` in the workspace's sandbox; its output as it came, then its exit."""
     config = ctx.config
     call = Args(args, "run", config)
     command = call.text("command")
@@ -42,31 +41,16 @@ def run(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
 
 
 def execute(command: str, timeout: int, spool: BinaryIO, ctx: ToolContext) -> int | None:
-    """Run ``command`` to its end with its output going to ``spool``; its exit code (``128 + N``
-    when signal N ended it), or ``None`` when it timed out. Whatever it left running is killed."""
+    """Run ``command`` in the sandbox to its end with its output going to ``spool``; its exit code
+    (``128 + N`` when signal N ended it), or ``None`` when it timed out. Whatever it left running is killed."""
     root = workspace_root(ctx)
-    try:
-        process = subprocess.Popen(
-            ["/bin/sh", "-c", command],
-            cwd=root,
-            env=_environment(root),
-            stdin=subprocess.DEVNULL,
-            stdout=spool,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    except OSError as error:
-        detail = error.strerror or str(error)
-        raise ToolError(ctx.config.error("command_failed", detail=detail)) from None
-    exited = False
-    try:
-        exited = _wait_unreaped(process.pid, time.monotonic() + timeout)
+    if not os.path.isdir(root):
+        raise ToolError(ctx.config.error("command_failed", detail=os.strerror(errno.ENOENT)))
+    with sandboxed(command, root, spool, ctx) as running:
+        exited = _wait_unreaped(running.process.pid, time.monotonic() + timeout)
         if not exited:
-            _signal_group(process.pid, signal.SIGTERM)
-            _wait_unreaped(process.pid, time.monotonic() + KILL_GRACE)
-    finally:
-        _signal_group(process.pid, signal.SIGKILL)
-        returncode = process.wait()
+            running.kill()
+        returncode = running.process.wait()
     if not exited:
         return None
     return 128 - returncode if returncode < 0 else returncode
@@ -86,7 +70,25 @@ def collect(spool: BinaryIO, trailer: str) -> str:
 
 
 def _wait_unreaped(pid: int, deadline: float) -> bool:
-    """Wait until ``pid`` exits or ``deadline``, leaving it unreaped so its group id stays its own."""
+    """Wait until ``pid`` exits or ``deadline``, leaving it unreaped so its pid stays its own."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return _poll_unreaped(pid, deadline)
+    try:
+        waiting = select.poll()
+        waiting.register(pidfd, select.POLLIN)
+        while True:
+            remaining = deadline - time.monotonic()
+            if waiting.poll(max(0, math.ceil(remaining * 1000))):
+                return True
+            if remaining <= 0:
+                return False
+    finally:
+        os.close(pidfd)
+
+
+def _poll_unreaped(pid: int, deadline: float) -> bool:
     pause = _POLL_FIRST
     while True:
         try:
@@ -99,17 +101,3 @@ def _wait_unreaped(pid: int, deadline: float) -> bool:
             return False
         time.sleep(min(pause, remaining))
         pause = min(pause * 2, _POLL_MAX)
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-def _environment(root: str) -> dict[str, str]:
-    environment = {name: os.environ[name] for name in _KEPT_ENV if name in os.environ}
-    environment.update((name, value) for name, value in os.environ.items() if name.startswith("LC_"))
-    environment.setdefault("PATH", os.defpath)
-    environment.update(_SET_ENV)
-    environment["PWD"] = root
-    return environment

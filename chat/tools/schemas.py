@@ -73,12 +73,15 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "grep": _function(
         "grep",
-        "Search file contents with a Python regular expression. One match a line: 'PATH:LINE: text'. "
-        "Binary files are skipped.",
+        "Search file contents with ripgrep. One match a line: 'PATH:LINE: text', sorted by path then line. "
+        "Files that .gitignore ignores, hidden files, binary files and symlinks are skipped.",
         {
-            "pattern": _string("Python regular expression, searched in each line."),
+            "pattern": _string("Rust regular expression (ripgrep syntax: no look-around, no backreferences)."),
             "path": _string("Folder to search below, or one file. Default: the workspace folder."),
-            "glob": _string("Only search files whose name or relative path matches this, e.g. '*.py'."),
+            "glob": _string(
+                "Only search files matching this glob, relative to path: '*.py' matches names at any depth, "
+                "'src/**/*.ts' a path; a leading '!' excludes."
+            ),
             "ignore_case": _boolean("Match upper and lower case alike. Default false."),
         },
         ["pattern"],
@@ -142,8 +145,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "run": _function(
         "run",
-        "Run a shell command (/bin/sh) in the workspace folder. Answers its output and errors, then "
-        "'[exit N]' if it failed. No input can be typed; it is stopped after timeout seconds.",
+        "Run a shell command (/bin/sh) in a sandbox that holds only the workspace folder (the current "
+        "folder and HOME, read-write), a fresh /tmp and the system's programs (read-only); nothing else of "
+        "the server is there. Whether it can reach the network is the workspace's setting. Answers its output "
+        "and errors, then '[exit N]' if it failed. No input can be typed; it is stopped, with all it started, "
+        "after timeout seconds.",
         {
             "command": _string("The command line, e.g. 'python -m pytest -q'."),
             "timeout": _integer("Seconds before it is stopped. Default 120, most 3600."),

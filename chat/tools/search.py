@@ -3,140 +3,138 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
-from typing import BinaryIO
+from dataclasses import dataclass
+from pathlib import Path
 
 from sessions_app.hygiene.outcomes import ListingOutcome, Outcome
 
 from .args import Args
 from .context import ToolContext
 from .errors import ToolError, shown
-from .files import SNIFF_BYTES, is_binary, open_regular
-from .globbing import expand_braces, name_regex, path_regex, segments
-from .listing import require_folder
-from .paths import is_inside, resolve_in_workspace, workspace_root
+from .files import SNIFF_BYTES, is_binary
+from .globbing import expand_braces, name_regex, segments
+from .paths import LISTING_FLAGS, Resolved, Root, is_inside
 from .read import WHOLE_LINE, display_line
-from .walk import entries, files_below, is_real_folder, is_workspace_file
+from .ripgrep import STDIN_PATH, FileMatches, RgQuery, rg_search
+from .walk import Entry, is_workspace_file, walk_folders
 
 
 def glob(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """The files below ``path`` whose path relative to it matches ``pattern``, sorted."""
     call = Args(args, "glob", ctx.config)
     pattern = call.text("pattern")
-    folder = require_folder(resolve_in_workspace(call.text("path", "."), ctx), ctx)
-    root = workspace_root(ctx)
-    folder, pattern = _anchor(pattern, folder, root, ctx)
     found: set[str] = set()
-    for alternative in expand_braces(pattern):
-        found |= glob_files(folder, segments(alternative), root)
+    with Root(ctx) as root:
+        folder = root.resolve(call.text("path", "."))
+        root.require_folder(folder)
+        base, pattern = _anchor(pattern, folder.path, root.path, ctx)
+        start = folder if base == folder.path else root.resolve(".")
+        for alternative in expand_braces(pattern):
+            found |= glob_files(root, start, segments(alternative))
     lines = sorted(shown(path) for path in found)
     return ListingOutcome("\n".join(lines) if lines else ctx.config.text("no_matches"))
 
 
-def glob_files(folder: str, parts: list[str], root: str) -> set[str]:
-    """The workspace files below ``folder`` matching the pattern ``parts``, walked part by part."""
+def glob_files(root: Root, folder: Resolved, parts: list[str]) -> set[str]:
+    """The workspace files below ``folder`` matching the pattern ``parts``, walked part by part through
+    descriptors (a folder and a part index are visited once)."""
     found: set[str] = set()
-    if not parts:
+    if not parts or folder.fd is None:
         return found
     regexes = [None if part == "**" else name_regex(part) for part in parts]
-    pending = [(folder, 0)]
-    visited: set[tuple[str, int]] = set()
-    while pending:
-        current, index = pending.pop()
-        if (current, index) in visited:
-            continue
-        visited.add((current, index))
+    visited = {(folder.path, 0)}
+
+    def visit(path: str, index: int, listed: list[Entry]) -> list[tuple[str | None, int]]:
         regex = regexes[index]
         last = index == len(parts) - 1
+        children: list[tuple[str | None, int]] = []
+
+        def enter(name: str | None, next_index: int) -> None:
+            key = (path if name is None else os.path.join(path, name), next_index)
+            if key not in visited:
+                visited.add(key)
+                children.append((name, next_index))
+
         if regex is None and not last:
-            pending.append((current, index + 1))
-        for entry in entries(current):
+            enter(None, index + 1)
+        for entry in listed:
             if regex is None:
-                if is_real_folder(entry):
-                    pending.append((entry.path, index))
-                elif last and is_workspace_file(entry, root):
+                if entry.kind == "folder":
+                    enter(entry.name, index)
+                elif last and is_workspace_file(root, entry):
                     found.add(entry.path)
             elif regex.fullmatch(entry.name):
-                if not last and is_real_folder(entry):
-                    pending.append((entry.path, index + 1))
-                elif last and is_workspace_file(entry, root):
+                if not last and entry.kind == "folder":
+                    enter(entry.name, index + 1)
+                elif last and is_workspace_file(root, entry):
                     found.add(entry.path)
+        return children
+
+    walk_folders(folder.fd, folder.path, 0, visit)
     return found
 
 
 def grep(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
-    """Lines matching a Python regex in the text files at or below ``path``, as ``PATH:LINE: text``."""
+    """Lines matching a Rust regex (ripgrep) in the files at or below ``path``, as ``PATH:LINE: text``,
+    sorted by path then line. Files ``.gitignore`` ignores, hidden and binary files are skipped."""
     config = ctx.config
     call = Args(args, "grep", config)
-    pattern = call.text("pattern")
+    query = RgQuery(call.text("pattern"), call.flag("ignore_case", False), call.optional_text("glob"))
     given = call.text("path", ".")
-    name_filter = call.optional_text("glob")
-    ignore_case = call.flag("ignore_case", False)
-    try:
-        regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-    except (re.error, OverflowError, RecursionError) as error:
-        raise ToolError(config.error("bad_regex", pattern=pattern, detail=error)) from None
-    target = resolve_in_workspace(given, ctx)
-    if os.path.isfile(target):
-        lines = _grep_file(str(target), str(target), regex, ctx)
-        if lines is None:
-            raise ToolError(config.error("binary", path=shown(target)))
-        return ListingOutcome("\n".join(lines) if lines else config.text("no_matches"))
-    folder = require_folder(target, ctx)
-    files = sorted(files_below(folder, workspace_root(ctx)))
-    if name_filter is not None:
-        filters = [path_regex(alternative) for alternative in expand_braces(name_filter)]
-        files = [path for path in files if _name_matches(path, folder, filters)]
-    found: list[str] = []
-    for path in files:
-        try:
-            found.extend(_grep_file(os.path.realpath(path), path, regex, ctx) or [])
-        except (ToolError, OSError):
-            continue
-    return ListingOutcome("\n".join(found) if found else config.text("no_matches"))
+    with open_searched(given, ctx) as target:
+        if target.is_folder:
+            found = rg_search(query, ctx, folder_fd=target.fd)
+        elif is_binary(os.pread(target.fd, SNIFF_BYTES, 0)):
+            raise ToolError(config.error("binary", path=shown(target.path)))
+        else:
+            found = rg_search(query, ctx, file_fd=target.fd)
+    if not target.is_folder and found.get(STDIN_PATH, FileMatches()).binary:
+        raise ToolError(config.error("binary", path=shown(target.path)))
+    cut = config.texts["cut"]
+    lines: list[str] = []
+    by_path = {_absolute(target, name): matches for name, matches in found.items()}
+    for path in sorted(by_path):
+        shown_path = shown(path)
+        lines.extend(
+            f"{shown_path}:{number}: {display_line(raw, False, WHOLE_LINE, cut)}"
+            for number, raw in sorted(by_path[path].lines)
+        )
+    return ListingOutcome("\n".join(lines) if lines else config.text("no_matches"))
 
 
-def search_file(handle: BinaryIO, path: str, regex: re.Pattern[str], max_chars: int, cut: str) -> list[str]:
-    """The matching lines of an open text file, line by line; a line is searched in its first
-    ``4 * max_chars`` bytes."""
-    shown_path = shown(path)
-    max_bytes = max_chars * 4
-    matches: list[str] = []
-    number = 0
-    while True:
-        raw = handle.readline(max_bytes)
-        if not raw:
-            return matches
-        number += 1
-        truncated = not raw.endswith(b"\n") and len(raw) == max_bytes
-        if truncated:
-            _skip_rest_of_line(handle, max_bytes)
-        line = raw.removesuffix(b"\n")
-        if regex.search(line.removesuffix(b"\r").decode("utf-8", "replace")):
-            matches.append(f"{shown_path}:{number}: {display_line(line, truncated, max_chars, cut)}")
+@dataclass(frozen=True)
+class Searched:
+    """What ``grep`` searches: the resolved path, open without following a symlink, folder or file."""
+
+    path: Path
+    fd: int
+    is_folder: bool
+
+    def __enter__(self) -> Searched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
 
 
-def _grep_file(real: str, path: str, regex: re.Pattern[str], ctx: ToolContext) -> list[str] | None:
-    """The matches in the file at ``real``, named ``path``; ``None`` when it is binary."""
-    with open_regular(real, ctx) as handle:
-        if is_binary(handle.read(SNIFF_BYTES)):
-            return None
-        handle.seek(0)
-        return search_file(handle, path, regex, WHOLE_LINE, ctx.config.texts["cut"])
+def open_searched(given: str, ctx: ToolContext) -> Searched:
+    """``given`` resolved inside the workspace from its descriptor and opened; refused unless it is a
+    folder or a regular file."""
+    with Root(ctx) as root:
+        target = root.resolve(given)
+        if target.kind == "folder":
+            fd = os.open(".", LISTING_FLAGS, dir_fd=root.require_folder(target))
+            return Searched(Path(target.path), fd, True)
+        with root.open_file(target) as handle:
+            return Searched(Path(target.path), os.dup(handle.fileno()), False)
 
 
-def _skip_rest_of_line(handle: BinaryIO, max_bytes: int) -> None:
-    while True:
-        rest = handle.readline(max_bytes)
-        if not rest or rest.endswith(b"\n"):
-            return
-
-
-def _name_matches(path: str, folder: str, filters: list[re.Pattern[str]]) -> bool:
-    relative = os.path.relpath(path, folder).replace(os.sep, "/")
-    name = os.path.basename(path)
-    return any(regex.fullmatch(relative) or regex.fullmatch(name) for regex in filters)
+def _absolute(target: Searched, name: str) -> str:
+    """The absolute path of a file rg names relative to the searched folder (or the searched file)."""
+    if not target.is_folder:
+        return str(target.path)
+    return os.path.join(target.path, name.removeprefix("./"))
 
 
 def _anchor(pattern: str, folder: str, root: str, ctx: ToolContext) -> tuple[str, str]:

@@ -1,106 +1,152 @@
-"""Writing the files of one call all together: every new content is staged beside its file first,
-then moved into place; a failure on the way puts back what was already changed."""
+"""Writing the files of one call all together, through descriptors: every new content is staged beside
+its file first (created relative to the folder's descriptor), then moved into place with ``renameat``;
+missing folders are made with ``mkdirat`` and deletions are ``unlinkat``. A failure on the way puts back
+what was already changed. No path string is resolved again after ``paths`` resolved it."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-import tempfile
-from collections.abc import Sequence
+import secrets
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from .context import ToolContext
 from .errors import ToolError, shown
+from .paths import FOLDER_FLAGS, Resolved, named
+
+_STAGE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_STAGE_ATTEMPTS = 100
 
 
 @dataclass(frozen=True)
 class PendingWrite:
     """One file to change: ``data`` ``None`` deletes it; ``original`` ``None`` means it is new."""
 
-    path: Path
+    target: Resolved
     data: bytes | None
     original: bytes | None
     mode: int | None = None
 
+    @property
+    def path(self) -> str:
+        """The file's absolute path, as the tools show it."""
+        return self.target.path
 
-def check_parent(path: Path, ctx: ToolContext) -> None:
+
+@dataclass(frozen=True)
+class _Place:
+    """A name in an open folder: ``fd`` is the folder's descriptor, ``path`` the name's absolute path."""
+
+    fd: int
+    name: str
+    path: str
+
+    def beside(self, name: str) -> str:
+        return os.path.join(os.path.dirname(self.path), name)
+
+
+def check_parent(target: Resolved, ctx: ToolContext) -> None:
     """Refuse a new file whose nearest existing ancestor is not a folder."""
-    ancestor = path.parent
-    while not os.path.lexists(ancestor):
-        ancestor = ancestor.parent
-    if not os.path.isdir(ancestor):
-        raise ToolError(ctx.config.error("not_folder", path=shown(ancestor)))
+    if target.blocker is not None:
+        raise ToolError(ctx.config.error("not_folder", path=shown(target.blocker)))
 
 
 def commit(writes: Sequence[PendingWrite]) -> None:
     """Apply ``writes`` in order, all or (as far as the file system lets) none."""
-    created: list[Path] = []
-    staged: list[tuple[PendingWrite, str | None]] = []
-    try:
-        for write in writes:
-            if write.data is None:
-                staged.append((write, None))
-                continue
-            _make_folders(write.path.parent, created)
-            staged.append((write, _stage(write.path, write.data, write.mode)))
-    except BaseException:
-        _discard(staged, created)
-        raise
-    done = 0
-    try:
-        for write, temporary in staged:
-            if temporary is None:
-                os.unlink(write.path)
-            else:
-                os.replace(temporary, write.path)
-            done += 1
-    except BaseException:
-        for write, _ in reversed(staged[:done]):
-            _restore(write)
-        _discard(staged[done:], created)
-        raise
+    with contextlib.ExitStack() as folders:
+        created: list[_Place] = []
+        staged: list[tuple[PendingWrite, _Place, str | None]] = []
+        try:
+            for write in writes:
+                place = _place(write.target, created, folders)
+                staged.append((write, place, None if write.data is None else _stage(place, write.data, write.mode)))
+        except BaseException:
+            _discard(staged, created)
+            raise
+        done = 0
+        try:
+            for _, place, temporary in staged:
+                with _naming(place.path):
+                    if temporary is None:
+                        os.unlink(place.name, dir_fd=place.fd)
+                    else:
+                        os.replace(temporary, place.name, src_dir_fd=place.fd, dst_dir_fd=place.fd)
+                done += 1
+        except BaseException:
+            for write, place, _ in reversed(staged[:done]):
+                _restore(write, place)
+            _discard(staged[done:], created)
+            raise
 
 
-def _make_folders(folder: Path, created: list[Path]) -> None:
-    missing: list[Path] = []
-    while not os.path.lexists(folder):
-        missing.append(folder)
-        folder = folder.parent
-    for path in reversed(missing):
-        os.mkdir(path)
-        created.append(path)
+def _place(target: Resolved, created: list[_Place], folders: contextlib.ExitStack) -> _Place:
+    """Where ``target`` goes: its folder's descriptor, the missing folders on the way made first."""
+    fd, folder = target.dir_fd, target.dir_path
+    for name in target.names[:-1]:
+        path = os.path.join(folder, name)
+        with _naming(path):
+            try:
+                os.mkdir(name, dir_fd=fd)
+                created.append(_Place(fd, name, path))
+            except FileExistsError:
+                pass
+            child = os.open(name, FOLDER_FLAGS, dir_fd=fd)
+        folders.callback(os.close, child)
+        fd, folder = child, path
+    return _Place(fd, target.name, os.path.join(folder, target.name))
 
 
-def _stage(path: Path, data: bytes, mode: int | None) -> str:
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".cachet", dir=path.parent)
+def _stage(place: _Place, data: bytes, mode: int | None) -> str:
+    for _ in range(_STAGE_ATTEMPTS):
+        temporary = f".{place.name}.{secrets.token_hex(4)}.cachet"
+        try:
+            fd = os.open(temporary, _STAGE_FLAGS, 0o600, dir_fd=place.fd)
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise named(error, place.beside(temporary)) from None
+        break
+    else:
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), place.path)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        os.chmod(temporary, mode if mode is not None else 0o666 & ~_umask())
+            os.fchmod(handle.fileno(), mode if mode is not None else 0o666 & ~_umask())
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(temporary)
+            os.unlink(temporary, dir_fd=place.fd)
         raise
     return temporary
 
 
-def _restore(write: PendingWrite) -> None:
+def _restore(write: PendingWrite, place: _Place) -> None:
     with contextlib.suppress(OSError):
         if write.original is None:
-            os.unlink(write.path)
+            os.unlink(place.name, dir_fd=place.fd)
         else:
-            os.replace(_stage(write.path, write.original, write.mode), write.path)
+            temporary = _stage(place, write.original, write.mode)
+            os.replace(temporary, place.name, src_dir_fd=place.fd, dst_dir_fd=place.fd)
 
 
-def _discard(staged: Sequence[tuple[PendingWrite, str | None]], created: Sequence[Path]) -> None:
-    for _, temporary in staged:
+def _discard(staged: Sequence[tuple[PendingWrite, _Place, str | None]], created: Sequence[_Place]) -> None:
+    for _, place, temporary in staged:
         if temporary is not None:
             with contextlib.suppress(OSError):
-                os.unlink(temporary)
+                os.unlink(temporary, dir_fd=place.fd)
     for folder in reversed(created):
         with contextlib.suppress(OSError):
-            os.rmdir(folder)
+            os.rmdir(folder.name, dir_fd=folder.fd)
+
+
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """Name ``path`` in an ``OSError`` of a call relative to a descriptor, which only knows the last name."""
+    try:
+        yield
+    except OSError as error:
+        raise named(error, path) from None
 
 
 def _umask() -> int:

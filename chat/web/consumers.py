@@ -10,7 +10,7 @@ from typing import Any
 
 from channels.auth import get_user
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 
@@ -50,6 +50,14 @@ def _fresh_session(scope: dict[str, Any]) -> SessionBase:
 
 def _running(session_id: int) -> bool:
     return reply_running(ChatSession(pk=session_id))
+
+
+class NotFoundConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+    """Any websocket path but a session's: accepted, then closed with 4404 as a missing session is."""
+
+    async def connect(self) -> None:
+        await self.accept()
+        await self.close(code=NOT_FOUND)
 
 
 class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]

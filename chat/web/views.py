@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -25,35 +23,7 @@ from sessions_app.selectors.sessions import result_get, session_get, session_lis
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_delete, session_rename, session_start
 
-CONTENT_SECURITY_POLICY = "; ".join(
-    [
-        "default-src 'self'",
-        "script-src 'self'",
-        "style-src 'self'",
-        "img-src 'self' data:",
-        "connect-src 'self'",
-        "font-src 'self'",
-        "object-src 'none'",
-        "base-uri 'none'",
-        "form-action 'self'",
-        "frame-ancestors 'none'",
-    ]
-)
 MODEL_LIST_TIMEOUT = 5.0
-
-View = Callable[..., HttpResponseBase]
-
-
-def page(view: View) -> View:
-    """Login required, and the content security policy that keeps a page on Cachet's own host."""
-
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        response = view(request, *args, **kwargs)
-        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-        return response
-
-    return login_required(wrapped)
 
 
 def _user(request: HttpRequest) -> User:
@@ -69,7 +39,7 @@ def _session(request: HttpRequest, session_id: int) -> ChatSession:
     return session
 
 
-@page
+@login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     return render(request, "chat/home.html", {"sessions": session_list(owner=request.user)})
@@ -86,7 +56,7 @@ def default_model(endpoint: ModelEndpoint) -> str:
     return models[0] if models else "default"
 
 
-@page
+@login_required
 @require_http_methods(["GET", "POST"])
 def session_new(request: HttpRequest) -> HttpResponse:
     form = NewSessionForm(request.POST or None, user=request.user)
@@ -105,7 +75,7 @@ def session_new(request: HttpRequest) -> HttpResponse:
     return render(request, "chat/new_session.html", {"form": form})
 
 
-@page
+@login_required
 @require_GET
 def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _session(request, session_id)
@@ -125,7 +95,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
     return render(request, "chat/session.html", context)
 
 
-@page
+@login_required
 @require_GET
 def session_turns(request: HttpRequest, session_id: int) -> HttpResponse:
     """The turns before ``?before=N`` (or the last ones), for a page scrolled up to its oldest turn."""
@@ -135,7 +105,7 @@ def session_turns(request: HttpRequest, session_id: int) -> HttpResponse:
     return render(request, "chat/_transcript.html", {"page": page_of, "session_id": session.pk})
 
 
-@page
+@login_required
 @require_GET
 def session_turn(request: HttpRequest, session_id: int, number: int) -> HttpResponse:
     """One turn of the session, for a page that could not be sent it whole over the websocket."""
@@ -149,7 +119,7 @@ def session_turn(request: HttpRequest, session_id: int, number: int) -> HttpResp
     return render(request, "chat/_turn.html", {"t": view, "session_id": session.pk})
 
 
-@page
+@login_required
 @require_POST
 def session_rename_view(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _session(request, session_id)
@@ -161,7 +131,7 @@ def session_rename_view(request: HttpRequest, session_id: int) -> HttpResponse:
     return redirect("home")
 
 
-@page
+@login_required
 @require_POST
 def session_delete_view(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _session(request, session_id)
@@ -176,7 +146,7 @@ def session_delete_view(request: HttpRequest, session_id: int) -> HttpResponse:
     return redirect("home")
 
 
-@page
+@login_required
 @require_GET
 def session_chart(request: HttpRequest, session_id: int) -> HttpResponse:
     """Every request of the session on the chart, where the session page shows the last ones."""
@@ -199,7 +169,7 @@ def _positive(value: str | None, default: int) -> int:
     return max(1, number)
 
 
-@page
+@login_required
 @require_GET
 def result_page(request: HttpRequest, session_id: int, number: int) -> HttpResponse:
     """A stored result's full text, a window of lines at a time, as ``recall`` pages it."""

@@ -304,6 +304,41 @@ def test_stop_interrupts_the_reply_and_keeps_what_came(scripted: ScriptedServer,
     assert turn.reply_text.startswith("word word")
 
 
+def test_stop_ends_a_running_grep_and_its_rg(
+    scripted: ScriptedServer,
+    scripted_session: ChatSession,
+    workspace_dir: Path,
+    rg_children: Any,
+    request: pytest.FixtureRequest,
+) -> None:
+    line = b"the quick brown fox jumps over the lazy dog 0123456789 and then some more words here\n"
+    with (workspace_dir / "big.txt").open("wb") as handle:
+        for _ in range(100):
+            handle.write(line * ((1 << 20) // len(line)))
+    request.addfinalizer((workspace_dir / "big.txt").unlink)
+    scripted.push(Step(tool_calls=[("grep", {"pattern": r"(\w+\s+){20}$"})]), Step(text="Not asked."))
+    cancel = threading.Event()
+    seen: dict[int, str] = {}
+
+    def stop_when_rg_runs() -> None:
+        deadline = time.monotonic() + 20
+        while not seen and time.monotonic() < deadline:
+            seen.update(rg_children())
+            time.sleep(0.001)
+        cancel.set()
+
+    watcher = threading.Thread(target=stop_when_rg_runs, daemon=True)
+    watcher.start()
+    turn = run(_loop(scripted_session, cancel=cancel).send("find the long lines")).turn
+    watcher.join(timeout=5)
+    assert seen, "rg never ran"
+    assert turn.status == TurnStatus.INTERRUPTED
+    result = Result.objects.get(session=scripted_session)
+    assert result.inserted_text == "[#0001] grep was stopped before it finished."
+    assert rg_children() == {}
+    assert len(scripted.requests) == 1
+
+
 def test_two_sends_at_once_the_second_is_refused(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
     scripted.push(Step(text="slow " * 40, chunk_size=2, delay=0.02))
     errors: list[Exception] = []

@@ -7,7 +7,7 @@ from django.test import Client
 from django.urls import reverse
 
 from sessions_app.hygiene.outcomes import OutputOutcome
-from sessions_app.models import ChatSession, Result
+from sessions_app.models import ChatSession, Result, Workspace
 from sessions_app.services.results import result_insert
 from sessions_app.services.turns import turn_start
 
@@ -82,3 +82,15 @@ def test_admin_needs_staff(client: Client, user: Any) -> None:
     client.login(username="ada", password="ada-password-1")
     response = client.get(reverse("admin:sessions_app_result_changelist"))
     assert response.status_code == 302
+
+
+def test_workspaces_show_whether_commands_may_use_the_network(staff: Client, tmp_path: Any) -> None:
+    page = staff.get(reverse("admin:sessions_app_workspace_add"))
+    assert 'name="allow_network"' in page.content.decode()
+    staff.post(
+        reverse("admin:sessions_app_workspace_add"),
+        {"name": "net", "folder": str(tmp_path), "allow_commands": "on", "allow_network": "on"},
+    )
+    assert Workspace.objects.get(name="net").allow_network is True
+    listing = staff.get(reverse("admin:sessions_app_workspace_changelist"))
+    assert "column-allow_network" in listing.content.decode()

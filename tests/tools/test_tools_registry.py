@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,12 +116,15 @@ def test_errors_become_one_line_outcomes(ws: Path, ctx: ToolContext, monkeypatch
     assert isinstance(outcome, ErrorOutcome)
     assert "\n" not in outcome.message
     (ws / "locked.txt").write_text("x")
-    files = importlib.import_module("chat.tools.files")
+    paths = importlib.import_module("chat.tools.paths")
+    real_open = os.open
 
-    def refuse(path: object, flags: int) -> int:
-        raise PermissionError(13, "Permission denied", str(path))
+    def refuse(path: str, flags: int, *args: Any, **kwargs: Any) -> int:
+        if path == "locked.txt":
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *args, **kwargs)
 
-    monkeypatch.setattr(files.os, "open", refuse)
+    monkeypatch.setattr(paths.os, "open", refuse)
     _, outcome = call_tool("read", '{"path": "locked.txt"}', ctx)
     assert outcome == ErrorOutcome(f"Could not use {ws}/locked.txt: Permission denied.")
 

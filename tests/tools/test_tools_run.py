@@ -1,19 +1,31 @@
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
-from chat.tools import ToolContext, ToolError, run
+from chat.tools import Sandbox, ToolContext, ToolError, call_tool, run
 from chat.tools import run as run_module_function
-from sessions_app.hygiene.outcomes import OutputOutcome
+from chat.tools import sandbox as sandbox_module
+from sessions_app.hygiene.outcomes import ErrorOutcome, OutputOutcome
 
 RUN_MODULE = __import__("chat.tools.run", fromlist=["execute"])
+REPO = Path(__file__).resolve().parents[2]
+NOBODY = 65534
 
 
 def text(outcome: object) -> str:
@@ -21,16 +33,53 @@ def text(outcome: object) -> str:
     return outcome.text
 
 
-def group_gone(pgid: int, within: float = 5.0) -> bool:
-    """Whether no process of the group is left; a killed process may take a moment to be reaped."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+def ran(ctx: ToolContext, command: str, timeout: int | None = None) -> str:
+    """What the model gets for ``run(command)``: the output text, or the error line."""
+    arguments: dict[str, object] = {"command": command}
+    if timeout is not None:
+        arguments["timeout"] = timeout
+    _, outcome = call_tool("run", json.dumps(arguments), ctx)
+    if isinstance(outcome, ErrorOutcome):
+        return f"error: {outcome.message}"
+    return text(outcome)
+
+
+def marker() -> str:
+    """Digits no other process on the machine has in its command line."""
+    return str(10**11 + secrets.randbelow(10**11))
+
+
+def processes_with(mark: str) -> list[int]:
+    """The live processes whose command line holds ``mark`` (a zombie's command line is empty)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
         try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                if mark.encode() in handle.read():
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def own_children() -> set[int]:
+    children: set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children", encoding="ascii") as handle:
+            children.update(int(pid) for pid in handle.read().split())
+    return children
+
+
+def gone(mark: str, within: float = 5.0) -> bool:
+    """Whether no process with ``mark`` is left; the kernel may take a moment to end a pid namespace."""
+    deadline = time.monotonic() + within
+    while processes_with(mark):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.02)
-    return False
+    return True
 
 
 @pytest.mark.parametrize(
@@ -51,39 +100,452 @@ def test_output_and_exit_line(ctx: ToolContext, command: str, expected: str) -> 
     assert text(run({"command": command}, ctx)) == expected
 
 
-def test_runs_in_the_workspace_with_a_clean_environment(
+def test_runs_in_the_workspace_with_only_its_own_environment(
     ws: Path, ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CACHET_TEST_SECRET", "hunter2")
-    assert text(run({"command": 'pwd; echo "[$CACHET_TEST_SECRET]"'}, ctx)) == f"{ws}\n[]\n"
+    assert ran(ctx, 'pwd; echo "[$CACHET_TEST_SECRET]"; env | sort') == (
+        f"{ws}\n[]\n"
+        f"HOME={ws}\nLANG=C.UTF-8\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+        f"PWD={ws}\nTERM=dumb\n"
+    )
 
 
-def test_timeout_kills_the_whole_process_group(ctx: ToolContext) -> None:
-    started = time.monotonic()
-    output = text(run({"command": "echo $$; sleep 1000 & sleep 1000", "timeout": 1}, ctx))
-    assert time.monotonic() - started < 10
-    pid_line, trailer = output.split("\n")
-    assert trailer == "[timed out after 1 s]"
-    assert group_gone(int(pid_line))
+def test_the_sandbox_holds_the_workspace_and_system_folders_only(ws: Path, ctx: ToolContext) -> None:
+    (ws / "notes.txt").write_text("mine\n")
+    system = {folder.lstrip("/") for folder in sandbox_module.SYSTEM_FOLDERS if os.path.lexists(folder)}
+    top = sorted(system | {"dev", "etc", "proc", "tmp", "usr"} | {ws.parts[1]})
+    assert ran(ctx, "ls /") == "".join(f"{name}\n" for name in top)
+    assert ran(ctx, "ls; cat notes.txt; id -un; ls /etc | sort") == (
+        "notes.txt\nmine\n"
+        f"{sandbox_module._identity_names()[0]}\n"
+        "alternatives\ngroup\nhosts\nld.so.cache\nld.so.conf\nld.so.conf.d\nlocaltime\nnsswitch.conf\npasswd\n"
+    )
 
 
-def test_a_group_that_ignores_sigterm_is_killed(ctx: ToolContext, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(RUN_MODULE, "KILL_GRACE", 0.3)
-    output = text(run({"command": "trap '' TERM; echo $$; sleep 1000 & wait", "timeout": 1}, ctx))
-    pid_line, trailer = output.split("\n")
-    assert trailer == "[timed out after 1 s]"
-    assert group_gone(int(pid_line))
+def test_ordinary_commands_work_in_the_workspace(ws: Path, ctx: ToolContext) -> None:
+    (ws / "a.txt").write_text("a\n")
+    assert ran(ctx, "ls") == "a.txt\n"
+    assert ran(ctx, "python3 -c 'print(1)'") == "1\n"
+    output = ran(ctx, "git init -q && git status")
+    assert "No commits yet" in output and "a.txt" in output and "[exit" not in output
+    assert (ws / ".git" / "HEAD").is_file()
+    assert ran(ctx, "echo made > b.txt && mkdir -p sub && echo deep > sub/c.txt") == ""
+    assert (ws / "b.txt").read_text() == "made\n" and (ws / "sub" / "c.txt").read_text() == "deep\n"
+
+
+def test_the_secret_key_outside_the_workspace_cannot_be_read(tmp_path: Path, ctx: ToolContext) -> None:
+    data = tmp_path / "cachet-data"
+    data.mkdir()
+    (data / "secret_key").write_text("very-secret-key")
+    output = ran(ctx, f"cat {data}/secret_key; ls {data}; ls -A {tmp_path}")
+    assert output == (
+        f"cat: {data}/secret_key: No such file or directory\n"
+        f"ls: cannot access '{data}': No such file or directory\n"
+        "ws\n"
+    )
+
+
+def test_cachet_data_inside_the_workspace_is_covered(
+    ws: Path, make_ctx: Callable[..., ToolContext], tmp_path: Path
+) -> None:
+    data = ws / "project" / ".cachet"
+    data.mkdir(parents=True)
+    (data / "secret_key").write_text("very-secret-key")
+    (ws / "project" / "main.py").write_text("print('hi')\n")
+    ctx = make_ctx(sandbox=Sandbox(hidden=(str(data), str(tmp_path / "elsewhere"))))
+    assert ran(ctx, "ls -A project project/.cachet; cat project/.cachet/secret_key") == (
+        "project:\n.cachet\nmain.py\n\nproject/.cachet:\n"
+        "cat: project/.cachet/secret_key: No such file or directory\n[exit 1]"
+    )
+    assert (data / "secret_key").read_text() == "very-secret-key"
+
+
+PROBE_CONNECT = """
+import socket, sys
+family, where = sys.argv[1], sys.argv[2]
+if family == "unix":
+    sock, address = socket.socket(socket.AF_UNIX), where
+else:
+    host, port = where.rsplit(":", 1)
+    sock, address = socket.socket(), (host, int(port))
+sock.settimeout(5)
+try:
+    sock.connect(address)
+except OSError as error:
+    print(type(error).__name__)
+else:
+    sock.sendall(b"hello from the sandbox")
+    print("connected")
+"""
+
+
+def connect_from(ctx: ToolContext, family: str, where: str) -> str:
+    return ran(ctx, f"python3 -c '{PROBE_CONNECT}' {family} {where}")
+
+
+def test_the_database_cannot_be_reached(ctx: ToolContext) -> None:
+    database = settings.DATABASES["default"]
+    socket_dir = str(database["HOST"] or database["OPTIONS"]["host"])
+    sockets = [name for name in os.listdir(socket_dir) if name.startswith(".s.PGSQL.")]
+    assert sockets, "the embedded Postgres listens on a unix socket"
+    socket_path = os.path.join(socket_dir, sockets[0])
+    probe = socket.socket(socket.AF_UNIX)
+    probe.connect(socket_path)
+    probe.close()
+    assert connect_from(ctx, "unix", socket_path) == "FileNotFoundError\n"
+    assert connect_from(ctx, "tcp", "127.0.0.1:5432") == "ConnectionRefusedError\n"
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[socket.socket, list[bytes]]]:
+    server = socket.create_server(("127.0.0.1", 0))
+    received: list[bytes] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            connection, _ = server.accept()
+            with connection:
+                received.append(connection.recv(100))
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server, received
+    server.close()
+    thread.join(5)
+
+
+def test_no_network_unless_the_workspace_allows_it(
+    make_ctx: Callable[..., ToolContext], listener: tuple[socket.socket, list[bytes]]
+) -> None:
+    server, received = listener
+    where = f"127.0.0.1:{server.getsockname()[1]}"
+    assert connect_from(make_ctx(), "tcp", where) == "ConnectionRefusedError\n"
+    assert connect_from(make_ctx(), "tcp", "192.0.2.1:80") == "OSError\n"  # no route: only lo exists
+    assert received == []
+    allowed = make_ctx(allow_network=True)
+    assert connect_from(allowed, "tcp", where) == "connected\n"
+    deadline = time.monotonic() + 5
+    while not received and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert received == [b"hello from the sandbox"]
+    assert "nameserver" in ran(allowed, "cat /etc/resolv.conf") or not os.path.exists("/etc/resolv.conf")
+    assert ran(make_ctx(), "cat /etc/resolv.conf") == "cat: /etc/resolv.conf: No such file or directory\n[exit 1]"
+
+
+def test_the_server_process_is_not_visible(ctx: ToolContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CACHET_TEST_MARK", "hunter2")
+    output = ran(ctx, f"cat /proc/{os.getpid()}/environ; cat /proc/[0-9]*/environ | tr '\\0' '\\n' | grep -c hunter2")
+    assert output == f"cat: /proc/{os.getpid()}/environ: No such file or directory\n0\n[exit 1]"
+    pids = ran(ctx, "ls /proc | grep -E '^[0-9]+$' | sort -n").split()
+    assert pids and all(int(pid) < 10 for pid in pids)
+
+
+def test_nothing_outside_the_workspace_can_be_written(ws: Path, tmp_path: Path, ctx: ToolContext) -> None:
+    name = f"cachet-test-{marker()}"
+    output = ran(
+        ctx,
+        f"touch /usr/{name}; echo x > {REPO}/{name}; echo x >> /etc/passwd; "
+        f"echo scratch > /tmp/{name} && cat /tmp/{name}; echo beside > {tmp_path}/{name} && cat {tmp_path}/{name}",
+    )
+    assert output == (
+        f"touch: cannot touch '/usr/{name}': Read-only file system\n"
+        f"/bin/sh: 1: cannot create {REPO}/{name}: Directory nonexistent\n"
+        "/bin/sh: 1: cannot create /etc/passwd: Read-only file system\n"
+        "scratch\nbeside\n"
+    )
+    assert not os.path.exists(f"/usr/{name}") and not (REPO / name).exists()
+    assert not os.path.exists(f"/tmp/{name}") and not (tmp_path / name).exists()
+    assert os.listdir(ws) == []
 
 
 def test_what_a_command_leaves_running_is_killed(ctx: ToolContext) -> None:
-    output = text(run({"command": "echo $$; (sleep 1000 &); exit 0"}, ctx))
-    assert group_gone(int(output.strip()))
+    mark = marker()
+    children = own_children()
+    assert ran(ctx, f"sleep 1000.{mark} & (sleep 1000.{mark} &); echo left") == "left\n"
+    assert gone(mark)
+    assert own_children() == children
+
+
+def test_timeout_kills_everything_the_command_started(ctx: ToolContext) -> None:
+    mark = marker()
+    started = time.monotonic()
+    assert ran(ctx, f"echo started; sleep 1000.{mark} & sleep 1000.{mark}", timeout=1) == (
+        "started\n[timed out after 1 s]"
+    )
+    assert time.monotonic() - started < 10
+    assert gone(mark)
+
+
+def test_a_command_that_ignores_sigterm_still_ends_at_its_timeout(ctx: ToolContext) -> None:
+    mark = marker()
+    assert ran(ctx, f"trap '' TERM; sleep 1000.{mark} & wait", timeout=1) == "[timed out after 1 s]"
+    assert gone(mark)
 
 
 def test_timeout_is_capped(make_ctx: Callable[..., ToolContext]) -> None:
     ctx = make_ctx(run_max_timeout=1, run_timeout=1)
     assert text(run({"command": "sleep 30", "timeout": 99999}, ctx)) == "[timed out after 1 s]"
     assert text(run({"command": "sleep 30"}, ctx)) == "[timed out after 1 s]"
+
+
+BOMB = ":(){ :|:& };:"
+
+
+def watch_while(mark: str, work: Callable[[], str]) -> tuple[str, int, bool]:
+    """Run ``work`` in a thread; meanwhile count the processes holding ``mark`` and start one of our own.
+    Returns what ``work`` returned, the most processes seen at once, and whether ours could start."""
+    result: list[str] = []
+    thread = threading.Thread(target=lambda: result.append(work()))
+    thread.start()
+    peak, could_start = 0, False
+    while thread.is_alive():
+        count = len(processes_with(mark))
+        peak = max(peak, count)
+        if count > 8 and not could_start:
+            could_start = subprocess.run(["true"], check=False).returncode == 0
+        time.sleep(0.01)
+    thread.join()
+    return result[0], peak, could_start
+
+
+@pytest.mark.parametrize("after", ["", "; sleep 1000"], ids=["bomb", "bomb-and-wait"])
+def test_a_fork_bomb_is_held_to_the_process_limit(make_ctx: Callable[..., ToolContext], after: str) -> None:
+    """The bare bomb may end with its shell, which ends the pid namespace; the waiting one times out."""
+    limit = 32
+    mark = marker()
+    children = own_children()
+    ctx = make_ctx(sandbox=Sandbox(max_processes=limit))
+    output, peak, could_start = watch_while(mark, lambda: ran(ctx, f"bash -c '{BOMB}{after} # {mark}'", timeout=3))
+    assert peak <= limit + limit // 4  # a scan of /proc is no snapshot: a few may be counted twice
+    if after:
+        assert output.endswith("[timed out after 3 s]")
+        assert "fork: retry: Resource temporarily unavailable" in output
+        assert peak >= limit // 2
+        assert could_start
+    assert gone(mark)
+    assert own_children() == children
+
+
+def python_for_nobody() -> str | None:
+    """A Python that uid 65534 can run and import the tools with, or None."""
+    for python in (sys.executable, "/usr/bin/python3"):
+        tried = subprocess.run(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python, "-c", "import chat.tools"],
+            env={"PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1", "PATH": os.defpath},
+            capture_output=True,
+            check=False,
+        )
+        if tried.returncode == 0:
+            return python
+    return None
+
+
+AS_NOBODY = """
+import json, sys
+from pathlib import Path
+from chat.tools import Sandbox, ToolContext, call_tool
+from sessions_app.hygiene.config import context_config
+spec = json.loads(sys.stdin.read())
+with open(spec["loop"], encoding="utf-8") as handle:
+    config = context_config(json.load(handle)["context"])
+ctx = ToolContext(
+    root=Path(spec["root"]), config=config, mode="full", allow_commands=True,
+    last_seen_sha=lambda path: None, recall=lambda number: None, sandbox=Sandbox(max_processes=spec["limit"]),
+)
+_, outcome = call_tool("run", json.dumps({"command": spec["command"], "timeout": spec["timeout"]}), ctx)
+print(json.dumps(getattr(outcome, "text", None) or getattr(outcome, "message", "")))
+"""
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the suite runs as another user: the test above covers that case")
+def test_a_fork_bomb_is_held_to_the_process_limit_when_cachet_is_not_root() -> None:
+    python = python_for_nobody()
+    if python is None:
+        pytest.skip("no Python that uid 65534 can run and import Cachet with")
+    limit = 32
+    mark = marker()
+    workspace = tempfile.mkdtemp(prefix="cachet-nobody-")
+    try:
+        os.chown(workspace, NOBODY, NOBODY)
+
+        def bomb() -> str:
+            spec = {
+                "loop": str(REPO / "prompts" / "loop.json"),
+                "root": workspace,
+                "limit": limit,
+                "command": f"id -u; bash -c 'ulimit -u'; bash -c '{BOMB}; sleep 1000.{mark}'",
+                "timeout": 3,
+            }
+            done = subprocess.run(
+                ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python, "-c", AS_NOBODY],
+                input=json.dumps(spec),
+                env={"PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1", "PATH": os.defpath},
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            answer: str = json.loads(done.stdout)
+            return answer
+
+        output, peak, could_start = watch_while(mark, bomb)
+    finally:
+        shutil.rmtree(workspace)
+    first, nproc = output.split("\n")[:2]
+    assert first == str(NOBODY)
+    assert int(nproc) >= limit
+    assert output.endswith("[timed out after 3 s]")
+    assert "fork: retry: Resource temporarily unavailable" in output
+    assert limit // 2 <= peak <= limit + limit // 4  # a scan of /proc is no snapshot: a few may be counted twice
+    assert could_start
+    assert gone(mark)
+
+
+def test_memory_is_limited(make_ctx: Callable[..., ToolContext]) -> None:
+    ctx = make_ctx(sandbox=Sandbox(memory_bytes=64 << 20))
+    output = ran(ctx, "python3 -c \"b = b'x' * (256 << 20); print('allocated')\"")
+    assert "allocated" not in output
+    assert output.endswith(("[exit 137]", "[exit 1]"))
+    assert ran(ctx, "python3 -c \"b = b'x' * (16 << 20); print('allocated')\"") == "allocated\n"
+
+
+def test_a_missing_bubblewrap_refuses_and_runs_nothing(
+    ws: Path, tmp_path: Path, make_ctx: Callable[..., ToolContext]
+) -> None:
+    ctx = make_ctx(sandbox=Sandbox(bwrap=str(tmp_path / "no-such-bwrap")))
+    assert ran(ctx, "touch ran") == (
+        f"error: Commands cannot run here: the sandbox program {tmp_path}/no-such-bwrap is missing. "
+        "Install bubblewrap (apt-get install bubblewrap), or set CACHET_BWRAP to where it is."
+    )
+    assert not (ws / "ran").exists()
+
+
+UNSANDBOXABLE = """
+import json, sys
+from pathlib import Path
+from chat.tools import ToolContext, call_tool
+from sessions_app.hygiene.config import context_config
+with open(sys.argv[1], encoding="utf-8") as handle:
+    config = context_config(json.load(handle)["context"])
+ctx = ToolContext(
+    root=Path(sys.argv[2]), config=config, mode="full", allow_commands=True,
+    last_seen_sha=lambda path: None, recall=lambda number: None,
+)
+for _ in range(2):
+    print(call_tool("run", json.dumps({"command": "touch ran"}), ctx)[1].message)
+"""
+
+
+def test_no_user_namespaces_refuses_and_runs_nothing(ws: Path) -> None:
+    """In a user namespace that may make no more of them, bubblewrap really fails: ``run`` says why."""
+    script = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -c "$1" "$2" "$3"'
+    arguments = [str(REPO / "prompts" / "loop.json"), str(ws)]
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "sh", "-c", script, sys.executable, UNSANDBOXABLE, *arguments],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    expected = (
+        "Commands cannot run here: bubblewrap cannot make a sandbox (bwrap: Creating new namespace failed: "
+        "nesting depth or /proc/sys/user/max_*_namespaces exceeded (ENOSPC)). Allow unprivileged user namespaces "
+        "(sysctl -w kernel.unprivileged_userns_clone=1 and user.max_user_namespaces=10000; on Ubuntu also "
+        "kernel.apparmor_restrict_unprivileged_userns=0), or in Docker run with --security-opt seccomp=unconfined "
+        "--security-opt apparmor=unconfined --security-opt systempaths=unconfined."
+    )
+    assert done.stdout == f"{expected}\n{expected}\n"
+    assert not (ws / "ran").exists()
+
+
+def test_the_verdict_is_kept_and_checked_again(
+    ws: Path, tmp_path: Path, make_ctx: Callable[..., ToolContext], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bubblewrap that cannot make a sandbox is tried once, again after a while or once it changed."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "bwrap"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {log}\necho "bwrap: setting up uid map: Permission denied" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    ctx = make_ctx(sandbox=Sandbox(bwrap=str(fake)))
+    for _ in range(3):
+        assert ran(ctx, "touch ran").startswith(
+            "error: Commands cannot run here: bubblewrap cannot make a sandbox "
+            "(bwrap: setting up uid map: Permission denied). Allow unprivileged user namespaces"
+        )
+    calls = log.read_text().splitlines()
+    assert calls[0] == "--help" and calls[1].endswith("--tmpfs /tmp -- /bin/true") and len(calls) == 2
+    monkeypatch.setattr(sandbox_module, "RECHECK_AFTER", 0.0)
+    ran(ctx, "touch ran")
+    assert len(log.read_text().splitlines()) == 4
+    monkeypatch.setattr(sandbox_module, "RECHECK_AFTER", 3600.0)
+    ran(ctx, "touch ran")
+    assert len(log.read_text().splitlines()) == 4
+    os.utime(fake, ns=(time.time_ns(), time.time_ns() + 10**9))
+    ran(ctx, "touch ran")
+    assert len(log.read_text().splitlines()) == 6
+    assert "touch ran" not in log.read_text()
+    assert not (ws / "ran").exists()
+
+
+def test_root_without_a_pids_cgroup_refuses(ws: Path, tmp_path: Path, make_ctx: Callable[..., ToolContext]) -> None:
+    if os.getuid() != 0:
+        pytest.skip("RLIMIT_NPROC limits a server that is not root; the refusal is for root only")
+    ctx = make_ctx(sandbox=Sandbox(cgroup_root=str(tmp_path / "no-cgroups")))
+    assert ran(ctx, "touch ran") == (
+        "error: Commands cannot run here: Cachet runs as root and can write no pids cgroup under "
+        f"{tmp_path}/no-cgroups, so a command's processes could not be limited. Run Cachet as another user, "
+        f"or give it a pids cgroup it can write (cgroup v1 {tmp_path}/no-cgroups/pids, or a cgroup v2 that "
+        "delegates pids)."
+    )
+    assert not (ws / "ran").exists()
+
+
+def test_the_call_cgroups_are_removed(ctx: ToolContext) -> None:
+    bases = sandbox_module.cgroup_bases(ctx.sandbox.cgroup_root)
+    if not bases:
+        pytest.skip("no writable cgroup here: RLIMIT_NPROC is the limit")
+    prefix = f"cachet-run-{os.getpid()}-"
+    ran(ctx, "sleep 0.1 & true")
+    for base in bases:
+        assert [name for name in os.listdir(base.path) if name.startswith(prefix)] == []
+
+
+def test_where_call_cgroups_are_made(tmp_path: Path) -> None:
+    """Cgroup file systems laid out as the kernel shows them: v1 per controller, v2 delegated by systemd."""
+    v1 = tmp_path / "v1"
+    for controller, folder in (("pids", "srv"), ("memory", "a/b")):
+        (v1 / controller / folder).mkdir(parents=True)
+        (v1 / controller / "cgroup.procs").touch()
+    mounts = {"pids": "/srv", "memory": "/a/b", "": "/"}
+    assert sandbox_module.find_bases(str(v1), mounts) == [
+        sandbox_module.CgroupBase(f"{v1}/pids/srv", 1, frozenset({"pids"})),
+        sandbox_module.CgroupBase(f"{v1}/memory/a/b", 1, frozenset({"memory"})),
+    ]
+    v2 = tmp_path / "v2"
+    service = v2 / "system.slice" / "cachet.service"
+    (service / "supervisor").mkdir(parents=True)
+    (v2 / "cgroup.controllers").write_text("cpu io memory pids\n")
+    (service / "supervisor" / "cgroup.subtree_control").write_text("\n")
+    (service / "cgroup.subtree_control").write_text("memory pids\n")
+    own = {"": "/system.slice/cachet.service/supervisor"}
+    assert sandbox_module.find_bases(str(v2), own) == [
+        sandbox_module.CgroupBase(str(service), 2, frozenset({"pids", "memory"}))
+    ]
+    (service / "cgroup.subtree_control").write_text("pids\n")
+    assert sandbox_module.find_bases(str(v2), own) == [sandbox_module.CgroupBase(str(service), 2, frozenset({"pids"}))]
+    (service / "cgroup.subtree_control").write_text("memory\n")
+    assert sandbox_module.find_bases(str(v2), own) == []
+    hybrid = tmp_path / "hybrid"
+    (hybrid / "pids").mkdir(parents=True)
+    (hybrid / "pids" / "cgroup.procs").touch()
+    (hybrid / "unified").mkdir()
+    (hybrid / "unified" / "cgroup.controllers").write_text("\n")
+    (hybrid / "unified" / "cgroup.subtree_control").write_text("\n")
+    assert sandbox_module.find_bases(str(hybrid), {"pids": "/", "memory": "/", "": "/"}) == [
+        sandbox_module.CgroupBase(f"{hybrid}/pids", 1, frozenset({"pids"}))
+    ]
+    assert sandbox_module.find_bases(str(tmp_path / "none"), mounts) == []
 
 
 def test_argument_errors(ctx: ToolContext) -> None:

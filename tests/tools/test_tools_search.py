@@ -79,7 +79,6 @@ def test_glob_absolute_pattern_inside(tree: Path, ctx: ToolContext) -> None:
 def test_grep(tree: Path, ctx: ToolContext) -> None:
     assert body(grep({"pattern": "main"}, ctx)) == "\n".join(
         [
-            f"{tree}/.hidden:1: main hidden",
             f"{tree}/README.md:1: main readme",
             f"{tree}/docs/guide.md:2: Run main.",
             f"{tree}/src/app.py:3: def main():",
@@ -100,6 +99,7 @@ def test_grep(tree: Path, ctx: ToolContext) -> None:
         f"{tree}/src/app.py:1: import os\n{tree}/src/app.py:4:     return os.getcwd()"
     )
     assert body(grep({"pattern": "zzz"}, ctx)) == "No matches."
+    assert body(grep({"pattern": "main", "path": ".hidden"}, ctx)) == f"{tree}/.hidden:1: main hidden"
 
 
 def test_grep_sorts_by_path_then_line(ws: Path, ctx: ToolContext) -> None:
@@ -119,7 +119,7 @@ def test_grep_errors(tree: Path, ctx: ToolContext) -> None:
     with pytest.raises(ToolError) as caught:
         grep({"pattern": "(unclosed"}, ctx)
     assert caught.value.message == (
-        "The pattern '(unclosed' is not a valid regular expression: missing ), unterminated subpattern at position 0"
+        "The pattern '(unclosed' is not a valid ripgrep (Rust) regex: regex parse error: unclosed group"
     )
     with pytest.raises(ToolError) as caught:
         grep({"pattern": "main", "path": "src/pkg/data.bin"}, ctx)

@@ -18,7 +18,7 @@ def keep_last_request_bodies(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sessions_app', '0002_turn_generation_restrict'),
+        ('sessions_app', '0003_workspace_allow_network'),
     ]
 
     operations = [

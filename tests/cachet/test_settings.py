@@ -1,0 +1,132 @@
+"""Settings from the environment: ``CACHET_TLS`` switches on what serving behind TLS needs, and the production
+settings pass ``manage.py check --deploy`` without a warning."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+PRODUCTION_KEY = "tUv3kP9qXw2zR7mN4bJ8sL1cY6hG0fD5aE-x_QoWiVnTrMkSjZlHgF"
+UNREACHABLE_DATABASE = "postgres://cachet@127.0.0.1:9/cachet"  # settings and checks never connect
+DROPPED = {
+    "DATABASE_URL",
+    "DEBUG",
+    "SECRET_KEY",
+    "ALLOWED_HOSTS",
+    "CACHET_TLS",
+    "SECURE_HSTS_SECONDS",
+    "SECURE_HSTS_PRELOAD",
+}
+SHOWN = [
+    "DEBUG",
+    "SESSION_COOKIE_SECURE",
+    "CSRF_COOKIE_SECURE",
+    "SECURE_SSL_REDIRECT",
+    "SECURE_HSTS_SECONDS",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+    "SECURE_HSTS_PRELOAD",
+    "SECURE_PROXY_SSL_HEADER",
+    "USE_X_FORWARDED_HOST",
+    "SILENCED_SYSTEM_CHECKS",
+]
+
+
+def environment(tmp_path: Path, **values: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key not in DROPPED and not key.startswith("PYTEST")}
+    env.update(
+        CACHET_DATA=str(tmp_path / "data"),
+        DATABASE_URL=UNREACHABLE_DATABASE,
+        DJANGO_SETTINGS_MODULE="cachet.settings",
+        **values,
+    )
+    return env
+
+
+def settings_under(tmp_path: Path, **values: str) -> dict[str, Any]:
+    code = (
+        "import json; from django.conf import settings; "
+        f"print(json.dumps({{name: getattr(settings, name) for name in {SHOWN!r}}}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=settings.BASE_DIR,
+        env=environment(tmp_path, **values),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    shown: dict[str, Any] = json.loads(done.stdout)
+    return shown
+
+
+def test_without_cachet_tls_nothing_assumes_https(tmp_path: Path) -> None:
+    assert settings_under(tmp_path) == {
+        "DEBUG": False,
+        "SESSION_COOKIE_SECURE": False,
+        "CSRF_COOKIE_SECURE": False,
+        "SECURE_SSL_REDIRECT": False,
+        "SECURE_HSTS_SECONDS": 0,
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": False,
+        "SECURE_HSTS_PRELOAD": False,
+        "SECURE_PROXY_SSL_HEADER": None,
+        "USE_X_FORWARDED_HOST": False,
+        "SILENCED_SYSTEM_CHECKS": [],
+    }
+
+
+def test_cachet_tls_switches_on_secure_cookies_hsts_the_proxy_header_and_the_redirect(tmp_path: Path) -> None:
+    assert settings_under(tmp_path, CACHET_TLS="1") == {
+        "DEBUG": False,
+        "SESSION_COOKIE_SECURE": True,
+        "CSRF_COOKIE_SECURE": True,
+        "SECURE_SSL_REDIRECT": True,
+        "SECURE_HSTS_SECONDS": 31_536_000,
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": True,
+        "SECURE_HSTS_PRELOAD": False,
+        "SECURE_PROXY_SSL_HEADER": ["HTTP_X_FORWARDED_PROTO", "https"],
+        "USE_X_FORWARDED_HOST": False,
+        "SILENCED_SYSTEM_CHECKS": ["security.W021"],
+    }
+
+
+def test_hsts_can_be_set_apart_and_preloaded_on_request(tmp_path: Path) -> None:
+    shown = settings_under(tmp_path, CACHET_TLS="1", SECURE_HSTS_SECONDS="3600", SECURE_HSTS_PRELOAD="1")
+    assert (shown["SECURE_HSTS_SECONDS"], shown["SECURE_HSTS_PRELOAD"], shown["SILENCED_SYSTEM_CHECKS"]) == (
+        3600,
+        True,
+        [],
+    )
+    assert settings_under(tmp_path, USE_X_FORWARDED_HOST="true")["USE_X_FORWARDED_HOST"] is True
+
+
+def check_deploy(tmp_path: Path, **values: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy"],
+        cwd=settings.BASE_DIR,
+        env=environment(tmp_path, **values),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_check_deploy_passes_with_the_production_settings(tmp_path: Path) -> None:
+    done = check_deploy(
+        tmp_path, DEBUG="false", SECRET_KEY=PRODUCTION_KEY, CACHET_TLS="1", ALLOWED_HOSTS="cachet.example"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "System check identified no issues" in done.stdout, done.stdout + done.stderr
+    assert "WARNING" not in done.stdout + done.stderr
+
+
+def test_check_deploy_warns_without_cachet_tls(tmp_path: Path) -> None:
+    done = check_deploy(tmp_path, DEBUG="false", SECRET_KEY=PRODUCTION_KEY, ALLOWED_HOSTS="cachet.example")
+    for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):
+        assert warning in done.stderr, done.stderr
