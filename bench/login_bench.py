@@ -15,11 +15,14 @@ During each attack the other person keeps loading their session list; the bench 
 second, how many were answered after a password check (200, the form again) or refused without one
 (429/403), and the other person's page latency.
 
-Configurations: ``before`` turns both limits off (``CACHET_LOGIN_FAILURES=0``,
-``CACHET_LOGIN_IP_FAILURES_PER_MINUTE=0``, which is how Cachet behaved before them); ``after`` keeps
-the defaults.
+It also reads the server process's CPU time (``/proc/PID/stat``) before and after each attack: the CPU
+seconds the server spent per guess do not depend on what else the machine runs.
 
-    python bench/login_bench.py [--guessers 8] [--seconds 10] [--configs before,after]
+Configurations: ``before`` turns both limits off (``CACHET_LOGIN_FAILURES=0``,
+``CACHET_LOGIN_IP_FAILURES_PER_MINUTE=0``, which is how Cachet behaved before them); ``no-delay`` has both
+limits but answers refusals at once (``CACHET_LOGIN_REFUSAL_DELAY=0``); ``after`` keeps the defaults.
+
+    python bench/login_bench.py [--guessers 8] [--seconds 30] [--configs before,no-delay,after]
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 CONFIGS: dict[str, dict[str, str]] = {
     "before": {"CACHET_LOGIN_FAILURES": "0", "CACHET_LOGIN_IP_FAILURES_PER_MINUTE": "0"},
+    "no-delay": {"CACHET_LOGIN_REFUSAL_DELAY": "0"},
     "after": {},
 }
 PASSWORD = "right-password-42"
@@ -56,6 +60,7 @@ REQUEST_TIMEOUT = 120.0
 @dataclass
 class Attack:
     seconds: float = 0.0
+    cpu: float = 0.0
     outcomes: Counter[str] = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
 
@@ -122,6 +127,12 @@ def _serve(data: Path, port: int, extra: dict[str, str]) -> subprocess.Popen[byt
     raise RuntimeError("Cachet did not answer on /login/ within 120 s")
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process, from ``/proc/PID/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _client(base: str, source: str) -> httpx.Client:
     transport = httpx.HTTPTransport(local_address=source)
     return httpx.Client(base_url=base, transport=transport, timeout=REQUEST_TIMEOUT, follow_redirects=False)
@@ -184,7 +195,7 @@ def idle(base: str, count: int = 30) -> list[float]:
         return latencies
 
 
-def attack(base: str, *, source: str, rotate: bool, guessers: int, seconds: float) -> Attack:
+def attack(base: str, *, pid: int, source: str, rotate: bool, guessers: int, seconds: float) -> Attack:
     result = Attack()
     lock = threading.Lock()
     stop = threading.Event()
@@ -205,6 +216,7 @@ def attack(base: str, *, source: str, rotate: bool, guessers: int, seconds: floa
     with _logged_in(base) as other:
         threads = [threading.Thread(target=guess) for _ in range(guessers)]
         watcher = threading.Thread(target=_page_latencies, args=(other, stop, result.latencies))
+        cpu = _cpu_seconds(pid)
         started = time.perf_counter()
         for thread in threads:
             thread.start()
@@ -214,6 +226,7 @@ def attack(base: str, *, source: str, rotate: bool, guessers: int, seconds: floa
         result.seconds = time.perf_counter() - started
         for thread in [*threads, watcher]:
             thread.join(REQUEST_TIMEOUT)
+        result.cpu = _cpu_seconds(pid) - cpu
     return result
 
 
@@ -227,8 +240,10 @@ def _ms(values: list[float], q: float) -> str:
 def _row(name: str, config: str, run: Attack) -> str:
     checked = run.outcomes.get("checked", 0)
     refused = run.guesses - checked - run.outcomes.get("in", 0)
+    per_guess = 1000 * run.cpu / run.guesses if run.guesses else 0.0
     return (
         f"| {config} | {name} | {run.guesses / run.seconds:.1f} | {checked} | {refused} | "
+        f"{run.cpu / run.seconds:.0%} | {per_guess:.1f} | "
         f"{_ms(run.latencies, 0.5)} | {_ms(run.latencies, 0.95)} | {_ms(run.latencies, 1.0)} |"
     )
 
@@ -236,8 +251,8 @@ def _row(name: str, config: str, run: Attack) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--guessers", type=int, default=8)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--configs", default="before,after")
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--configs", default="before,no-delay,after")
     args = parser.parse_args()
     names = [name.strip() for name in args.configs.split(",") if name.strip()]
     unknown = [name for name in names if name not in CONFIGS]
@@ -258,11 +273,13 @@ def main() -> None:
                 probes.append(f"{config}: {probe(base)}")
                 quiet = idle(base)
                 rows.append(
-                    f"| {config} | nobody guessing | - | - | - | {_ms(quiet, 0.5)} | {_ms(quiet, 0.95)} | "
+                    f"| {config} | nobody guessing | - | - | - | - | - | {_ms(quiet, 0.5)} | {_ms(quiet, 0.95)} | "
                     f"{_ms(quiet, 1.0)} |"
                 )
                 for name, source, rotate in (("one account", "127.0.0.2", False), ("rotating", "127.0.0.4", True)):
-                    run = attack(base, source=source, rotate=rotate, guessers=args.guessers, seconds=args.seconds)
+                    run = attack(
+                        base, pid=server.pid, source=source, rotate=rotate, guessers=args.guessers, seconds=args.seconds
+                    )
                     rows.append(_row(name, config, run))
             finally:
                 server.terminate()
@@ -272,8 +289,11 @@ def main() -> None:
     for line in probes:
         print(f"40 wrong then right, {line}")
     print()
-    print("| config | attack | guesses/s | password checked | refused unchecked | other p50 ms | p95 ms | max ms |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| config | attack | guesses/s | password checked | refused unchecked | server CPU | CPU ms/guess "
+        "| other p50 ms | p95 ms | max ms |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for line in rows:
         print(line)
 

@@ -62,6 +62,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "chat.logins.RefusalDelayMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -166,10 +167,12 @@ if env_bool("BEHIND_PROXY", False):
 
 # Logins (README "### Logins"): axes locks a (username, address) pair after CACHET_LOGIN_FAILURES failures for
 # CACHET_LOGIN_LOCKOUT_MINUTES; an address with CACHET_LOGIN_IP_FAILURES_PER_MINUTE failures in a minute is
-# refused for the rest of that minute. 0 turns either off. CACHET_PROXY_COUNT: trusted reverse proxies in front.
+# refused for the rest of that minute. 0 turns either off. A refused login is answered after
+# CACHET_LOGIN_REFUSAL_DELAY seconds. CACHET_PROXY_COUNT: trusted reverse proxies in front.
 CACHET_LOGIN_FAILURES = int(os.environ.get("CACHET_LOGIN_FAILURES", "10"))
 CACHET_LOGIN_LOCKOUT_MINUTES = int(os.environ.get("CACHET_LOGIN_LOCKOUT_MINUTES", "15"))
 CACHET_LOGIN_IP_FAILURES_PER_MINUTE = int(os.environ.get("CACHET_LOGIN_IP_FAILURES_PER_MINUTE", "20"))
+CACHET_LOGIN_REFUSAL_DELAY = float(os.environ.get("CACHET_LOGIN_REFUSAL_DELAY", "1"))
 CACHET_PROXY_COUNT = int(os.environ.get("CACHET_PROXY_COUNT", "0"))
 AXES_LOCK_OUT_AT_FAILURE = CACHET_LOGIN_FAILURES > 0
 AXES_FAILURE_LIMIT = max(1, CACHET_LOGIN_FAILURES)
@@ -180,6 +183,7 @@ AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_LOCKOUT_CALLABLE = "chat.logins.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "chat.logins.client_address"
+AXES_VERBOSE = False
 if REDIS_URL:
     CACHES: dict[str, Any] = {
         "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
@@ -203,5 +207,5 @@ LOGGING: dict[str, Any] = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"pgserver": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+    "loggers": {"pgserver": {"level": "WARNING"}, "httpx": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

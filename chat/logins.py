@@ -8,19 +8,23 @@ Two limits keep wrong-password guessing cheap for everyone else:
   ``CACHET_LOGIN_IP_FAILURES_PER_MINUTE`` times within a minute, again before any password check, so
   guessing with ever new usernames cannot keep the server hashing passwords.
 
-Both answer 429 with Cachet's login page and a message that says what happened.
+Both answer 429 with Cachet's login page and a message that says what happened, and
+:class:`RefusalDelayMiddleware` holds that answer ``CACHET_LOGIN_REFUSAL_DELAY`` seconds without holding a
+thread, so a client that keeps guessing gets about one answer a second per connection.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from asgiref.sync import markcoroutinefunction
 from axes.backends import AxesStandaloneBackend
 from django.conf import settings
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.signals import user_login_failed
 from django.core.cache import cache
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 from django.utils.deprecation import MiddlewareMixin
 
@@ -108,11 +112,34 @@ class FailedLoginLimitMiddleware(MiddlewareMixin):
         self, request: HttpRequest, view: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> HttpResponse | None:
         limit = settings.CACHET_LOGIN_IP_FAILURES_PER_MINUTE
-        match = request.resolver_match
-        if limit <= 0 or request.method != "POST" or match is None or match.view_name not in LOGIN_VIEWS:
+        if limit <= 0 or request.method != "POST" or not _is_login(request):
             return None
         if failures_from(client_address(request)) < limit:
             return None
         response = _refused(request, throttle_message())
         response["Retry-After"] = str(FAILURE_WINDOW_SECONDS)
+        return response
+
+
+def _is_login(request: HttpRequest) -> bool:
+    match = request.resolver_match
+    return match is not None and match.view_name in LOGIN_VIEWS
+
+
+class RefusalDelayMiddleware:
+    """Holds a refused login's 429 for ``CACHET_LOGIN_REFUSAL_DELAY`` seconds, asleep on the event loop. First
+    in ``MIDDLEWARE`` and async only, so the wait holds no thread and no database connection."""
+
+    sync_capable = False
+    async_capable = True
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+        markcoroutinefunction(self)
+
+    async def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        response: HttpResponseBase = await self.get_response(request)
+        delay = settings.CACHET_LOGIN_REFUSAL_DELAY
+        if delay > 0 and response.status_code == TOO_MANY_REQUESTS and _is_login(request):
+            await asyncio.sleep(delay)
         return response

@@ -4,6 +4,8 @@ own password."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -29,6 +31,7 @@ LOCKED = "Too many failed logins for this account from your address; try again i
 def _fast_hashes_and_an_empty_cache(settings: Any) -> Any:
     """The limits, not PBKDF2's cost, are under test here (bench/login_bench.py measures the cost)."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.CACHET_LOGIN_REFUSAL_DELAY = 0
     cache.clear()
     yield
     cache.clear()
@@ -158,12 +161,14 @@ def test_a_locked_pair_behind_a_proxy_is_the_forwarded_address(client: Client, u
     assert AccessAttempt.objects.filter(ip_address="192.168.1.30").exists()
 
 
-async def _asgi_post(path: str, body: bytes, *, client: tuple[str, int], headers: list[tuple[bytes, bytes]]) -> Any:
+async def _asgi_post(
+    path: str, body: bytes, *, client: tuple[str, int], headers: list[tuple[bytes, bytes]], method: str = "POST"
+) -> Any:
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "POST",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
@@ -195,6 +200,33 @@ async def test_the_asgi_app_takes_the_address_from_the_connection_not_from_heade
     assert attempts == ["192.168.1.55"]
     logged = await database_sync_to_async(lambda: list(AccessFailureLog.objects.values_list("ip_address", flat=True)))()
     assert logged == ["192.168.1.55"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_a_refused_login_is_answered_late_without_holding_up_anyone(settings: Any) -> None:
+    settings.CACHET_LOGIN_REFUSAL_DELAY = 0.5
+    settings.CACHET_LOGIN_IP_FAILURES_PER_MINUTE = 1
+    await database_sync_to_async(cache.set)("cachet:login-failures:192.168.1.66", 1, 60)
+    token = [(b"cookie", b"csrftoken=" + b"a" * 32), (b"x-csrftoken", b"a" * 32)]
+    form = [(b"content-type", b"application/x-www-form-urlencoded"), *token]
+    finished: list[str] = []
+
+    async def refused() -> Any:
+        start = await _asgi_post("/login/", b"username=x&password=y", client=("192.168.1.66", 1), headers=form)
+        finished.append("refused")
+        return start
+
+    async def page() -> Any:
+        start = await _asgi_post("/login/", b"", client=("192.168.1.67", 1), headers=[], method="GET")
+        finished.append("page")
+        return start
+
+    started = time.monotonic()
+    refusal, other = await asyncio.gather(refused(), page())
+    assert refusal["status"] == 429 and other["status"] == 200
+    assert time.monotonic() - started >= 0.5
+    assert finished == ["page", "refused"]  # the other person's page did not wait for the refusal
 
 
 @pytest.fixture
