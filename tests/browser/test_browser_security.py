@@ -17,10 +17,10 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 import pytest
-from chat.agent.loop import ReplyLoop
 from django.test import Client, override_settings
 from playwright.sync_api import expect
 
+from chat.agent.loop import ReplyLoop
 from chat.testing.scripted_server import Step
 from chat.tools import tool_list
 from sessions_app.models import ChatSession, Result, Turn
