@@ -1,5 +1,9 @@
-FROM python:3.11-slim
+# Cachet's image: Daphne serving Cachet as the user "cachet", bubblewrap for sandboxing the run tool.
+FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 CACHET_DATA=/data
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap git \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 # run executes commands in a bubblewrap sandbox (see README, "What run can reach").
 RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap git && rm -rf /var/lib/apt/lists/*
@@ -9,7 +13,9 @@ COPY sessions_app sessions_app
 COPY chat chat
 RUN pip install --no-cache-dir .
 COPY . .
-RUN useradd --create-home cachet && mkdir -p /data && chown cachet /data
+RUN useradd --create-home --uid 1000 cachet \
+    && mkdir -p /data /workspaces \
+    && chown cachet:cachet /data /workspaces
 USER cachet
 EXPOSE 8000
 CMD ["python", "manage.py", "serve", "--host", "0.0.0.0", "--port", "8000"]

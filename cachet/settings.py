@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +56,13 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "axes",
     "sessions_app",
     "chat",
 ]
 
 MIDDLEWARE = [
+    "chat.web.logins.RefusalDelayMiddleware",
     "cachet.security.ContentSecurityPolicyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -70,6 +73,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "chat.web.logins.FailedLoginLimitMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "cachet.urls"
@@ -137,6 +142,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
+AUTHENTICATION_BACKENDS = ["chat.web.logins.LockoutBackend", "django.contrib.auth.backends.ModelBackend"]
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -180,6 +187,32 @@ if SECURE_HSTS_SECONDS and not SECURE_HSTS_PRELOAD:
     # Preloading is a promise to browsers' built-in lists that is slow to take back; only on request.
     SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
+# Logins (README "### Logins"): axes locks a (username, address) pair after CACHET_LOGIN_FAILURES failures for
+# CACHET_LOGIN_LOCKOUT_MINUTES; an address with CACHET_LOGIN_IP_FAILURES_PER_MINUTE failures in a minute is
+# refused for the rest of that minute. 0 turns either off. A refused login is answered after
+# CACHET_LOGIN_REFUSAL_DELAY seconds. CACHET_PROXY_COUNT: trusted reverse proxies in front.
+CACHET_LOGIN_FAILURES = int(os.environ.get("CACHET_LOGIN_FAILURES", "10"))
+CACHET_LOGIN_LOCKOUT_MINUTES = int(os.environ.get("CACHET_LOGIN_LOCKOUT_MINUTES", "15"))
+CACHET_LOGIN_IP_FAILURES_PER_MINUTE = int(os.environ.get("CACHET_LOGIN_IP_FAILURES_PER_MINUTE", "20"))
+CACHET_LOGIN_REFUSAL_DELAY = float(os.environ.get("CACHET_LOGIN_REFUSAL_DELAY", "1"))
+CACHET_PROXY_COUNT = int(os.environ.get("CACHET_PROXY_COUNT", "0"))
+AXES_LOCK_OUT_AT_FAILURE = CACHET_LOGIN_FAILURES > 0
+AXES_FAILURE_LIMIT = max(1, CACHET_LOGIN_FAILURES)
+AXES_COOLOFF_TIME = timedelta(minutes=CACHET_LOGIN_LOCKOUT_MINUTES)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+AXES_LOCKOUT_CALLABLE = "chat.web.logins.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "chat.web.logins.client_address"
+AXES_VERBOSE = False
+if REDIS_URL:
+    CACHES: dict[str, Any] = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
 CACHET_MODEL_URL = os.environ.get("CACHET_MODEL_URL", "http://127.0.0.1:8080/v1")
 CACHET_MODEL = os.environ.get("CACHET_MODEL", "")
 CACHET_WORKSPACES = os.environ.get("CACHET_WORKSPACES", "")
@@ -198,5 +231,5 @@ LOGGING: dict[str, Any] = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"pgserver": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+    "loggers": {"pgserver": {"level": "WARNING"}, "httpx": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

@@ -7,9 +7,19 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 urlpatterns = [
-    path("favicon.ico", RedirectView.as_view(url=static("cachet/favicon.svg"), permanent=True)),
+    path("favicon.ico", RedirectView.as_view(url=static("cachet/favicon.svg"), permanent=True), name="favicon"),
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(
+        "password/",
+        auth_views.PasswordChangeView.as_view(template_name="account/password_change.html"),
+        name="password_change",
+    ),
+    path(
+        "password/done/",
+        auth_views.PasswordChangeDoneView.as_view(template_name="account/password_change_done.html"),
+        name="password_change_done",
+    ),
     path("", include("chat.web.urls")),
 ]

@@ -6,3 +6,8 @@ from django.apps import AppConfig
 class ChatConfig(AppConfig):
     name = "chat"
     verbose_name = "Chat"
+
+    def ready(self) -> None:
+        from chat.web import logins
+
+        logins.connect()

@@ -1,0 +1,151 @@
+"""The team deployment's files, read as Docker would read them (no Docker engine runs here): the compose
+services, their images, settings, volumes, health checks and start order, what the web container needs for
+bubblewrap, the Caddy example, and the image's Dockerfile."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES: dict[str, Any] = COMPOSE["services"]
+WEB: dict[str, Any] = SERVICES["web"]
+
+
+def _dockerfile() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (KEYWORD, arguments), continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line else "") for line in lines]
+
+
+def _settings_env_names() -> set[str]:
+    """Every environment variable the settings and ``manage.py serve`` read."""
+    sources = [ROOT / "cachet" / "settings.py", ROOT / "sessions_app" / "management" / "commands" / "serve.py"]
+    found: set[str] = set()
+    for source in sources:
+        text = source.read_text()
+        found |= set(re.findall(r"""os\.environ(?:\.get)?\(\s*["']([A-Z_]+)["']""", text))
+        found |= set(re.findall(r"""os\.environ\[["']([A-Z_]+)["']\]""", text))
+        found |= set(re.findall(r"""env_(?:bool|list)\(\s*["']([A-Z_]+)["']""", text))
+    return found
+
+
+def test_the_services_and_their_images() -> None:
+    assert set(SERVICES) == {"db", "redis", "web", "model", "proxy"}
+    assert SERVICES["db"]["image"] == "postgres:16"
+    assert SERVICES["redis"]["image"] == "redis:7"
+    assert WEB["build"] == "."
+    assert SERVICES["model"]["image"] == "ghcr.io/ggml-org/llama.cpp:server"
+    assert SERVICES["proxy"]["image"].startswith("caddy:")
+
+
+def test_the_model_server_and_the_proxy_are_optional_profiles() -> None:
+    assert SERVICES["model"]["profiles"] == ["model"]
+    assert SERVICES["proxy"]["profiles"] == ["proxy"]
+    for name in ("db", "redis", "web"):
+        assert "profiles" not in SERVICES[name], f"{name} must start by default"
+    assert "model" not in WEB.get("depends_on", {}), "web must start without the optional model server"
+
+
+def test_the_web_command_is_manage_py_serve_on_all_interfaces() -> None:
+    command = WEB["command"]
+    assert command[:3] == ["python", "manage.py", "serve"]
+    assert command[command.index("--host") + 1] == "0.0.0.0"
+    assert command[command.index("--port") + 1] == "8000"
+
+
+def test_the_web_environment() -> None:
+    environment = WEB["environment"]
+    expected = {
+        "DATABASE_URL",
+        "REDIS_URL",
+        "SECRET_KEY",
+        "ALLOWED_HOSTS",
+        "CSRF_TRUSTED_ORIGINS",
+        "CACHET_MODEL_URL",
+        "CACHET_WORKSPACES",
+        "CACHET_TLS",
+        "CACHET_PROXY_COUNT",
+    }
+    assert expected <= set(environment)
+    assert "@db:5432/cachet" in environment["DATABASE_URL"]
+    assert environment["DATABASE_URL"].startswith("postgres://cachet:")
+    assert environment["REDIS_URL"] == "redis://redis:6379/0"
+    assert environment["SECRET_KEY"].startswith("${SECRET_KEY:?"), "a missing SECRET_KEY must stop compose"
+    assert "127.0.0.1" in environment["ALLOWED_HOSTS"].split(","), "the health check asks as 127.0.0.1"
+    assert environment["CACHET_MODEL_URL"].endswith("http://model:8080/v1}")
+    db = SERVICES["db"]["environment"]
+    assert db["POSTGRES_DB"] == "cachet" and db["POSTGRES_USER"] == "cachet"
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(WEB["environment"]),
+)
+def test_each_web_setting_is_one_cachet_reads(name: str) -> None:
+    assert name in _settings_env_names(), f"docker-compose.yml sets {name}, which Cachet never reads"
+
+
+def test_the_volumes_keep_the_data() -> None:
+    mounts = {volume.split(":")[1]: volume.split(":")[0] for volume in WEB["volumes"]}
+    assert mounts["/data"] == "cachetdata" and mounts["/workspaces"] == "./workspaces"
+    assert "pgdata:/var/lib/postgresql/data" in SERVICES["db"]["volumes"]
+    assert "./models:/models:ro" in SERVICES["model"]["volumes"]
+    assert {"pgdata", "cachetdata", "caddydata", "caddyconfig"} <= set(COMPOSE["volumes"])
+
+
+def test_health_checks() -> None:
+    assert "pg_isready" in " ".join(SERVICES["db"]["healthcheck"]["test"])
+    assert SERVICES["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+    web_check = " ".join(WEB["healthcheck"]["test"])
+    assert "http://127.0.0.1:8000/login/" in web_check
+    assert WEB["healthcheck"]["start_period"]
+
+
+def test_the_start_order_waits_for_healthy_services() -> None:
+    assert WEB["depends_on"] == {"db": {"condition": "service_healthy"}, "redis": {"condition": "service_healthy"}}
+    assert SERVICES["proxy"]["depends_on"] == {"web": {"condition": "service_healthy"}}
+
+
+def test_the_web_container_may_make_bubblewrap_namespaces() -> None:
+    assert set(WEB["security_opt"]) == {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"}
+    for name in ("db", "redis", "model", "proxy"):
+        assert "security_opt" not in SERVICES[name], f"only web runs commands; {name} keeps Docker's profiles"
+    assert "privileged" not in WEB
+
+
+def test_the_caddy_example_proxies_to_web_with_internal_tls() -> None:
+    mount = next(volume for volume in SERVICES["proxy"]["volumes"] if volume.endswith("/etc/caddy/Caddyfile:ro"))
+    caddyfile = (ROOT / mount.split(":")[0]).read_text()
+    site = re.search(r"^cachet\.lan \{\n(.*?)^\}", caddyfile, re.S | re.M)
+    assert site is not None
+    assert re.findall(r"^\s*(\S.*)$", site.group(1), re.M) == ["tls internal", "reverse_proxy web:8000"]
+    assert SERVICES["proxy"]["ports"] == ["80:80", "443:443"]
+
+
+def test_the_dockerfile() -> None:
+    instructions = _dockerfile()
+    keywords = [keyword for keyword, _ in instructions]
+    assert instructions[0] == ("FROM", "python:3.11-slim-bookworm")
+    installs = [args for keyword, args in instructions if keyword == "RUN" and "apt-get install" in args]
+    assert installs and {"bubblewrap", "git"} <= set(installs[0].split())
+    assert any(keyword == "RUN" and re.search(r"pip install (--\S+ )*\.(\s|$)", args) for keyword, args in instructions)
+    users = [args for keyword, args in instructions if keyword == "USER"]
+    assert users and users[-1] == "cachet"
+    assert keywords.index("USER") < keywords.index("CMD")
+    assert any(keyword == "RUN" and "useradd" in args and "cachet" in args for keyword, args in instructions)
+    assert ("EXPOSE", "8000") in instructions
+    cmd = next(args for keyword, args in instructions if keyword == "CMD")
+    assert cmd.startswith('["python", "manage.py", "serve"')
+    assert ("ENV", "PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 CACHET_DATA=/data") in instructions
+
+
+def test_the_dockerignore_keeps_local_state_out_of_the_image() -> None:
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".venv", ".cachet", ".git"} <= set(ignored)

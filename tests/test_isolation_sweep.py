@@ -1,0 +1,340 @@
+"""The isolation sweep: every URL pattern the resolver knows and every websocket route, tried by a second
+person and by nobody with the first person's real ids, and with ids out of range or malformed.
+
+The routes are read from ``get_resolver().url_patterns`` (recursively) and ``chat.routing``, so a view
+added later is swept without touching this file; a URL argument the sweep cannot fill fails it by name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.contenttypes.models import ContentType
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver
+from django.urls.resolvers import RegexPattern, RoutePattern
+from django.utils.regex_helper import normalize
+
+from cachet.asgi import application
+from chat.agent.loop import ReplyLoop
+from chat.testing.scripted_server import ScriptedServer, Step
+from chat.web.routing import websocket_urlpatterns
+from sessions_app.models import ChatSession, ModelRequest, Result, Turn
+from sessions_app.services.sessions import session_rename
+
+SECRETS = ("ada-secret-title-5b1e", "ada-secret-words-9c2d", "ada-secret-file-3f7a", "ada-secret-reply-7d04")
+BAD_IDS = ("0", "-1", "99999999999999999999", "abc")
+MISSING_ID = "2147480000"  # well formed, in range, nobody's
+PUBLIC_VIEWS = {"login", "logout", "favicon"}  # what a person reaches before logging in
+POSTED = {"title": "bob-was-here", "text": "bob-was-here", "mode": "full", "workspace": "1", "endpoint": "1"}
+
+
+@dataclass(frozen=True)
+class Route:
+    """One URL pattern: its path with ``{name}`` holes, the names, and the view's name (or route)."""
+
+    template: str
+    kwargs: tuple[str, ...]
+    name: str
+    namespace: str
+
+    @property
+    def admin(self) -> bool:
+        return self.namespace == "admin"
+
+    def path(self, values: dict[str, str]) -> str:
+        return "/" + self.template.format(**values)
+
+
+def _template(pattern: RoutePattern | RegexPattern | Any) -> tuple[str, tuple[str, ...]]:
+    if isinstance(pattern, RoutePattern):
+        route = str(pattern)
+        names = tuple(re.findall(r"<(?:\w+:)?(\w+)>", route))
+        return re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route), names
+    if isinstance(pattern, RegexPattern):
+        text, params = normalize(pattern.regex.pattern)[0]
+        return re.sub(r"%\((\w+)\)s", r"{\1}", text), tuple(params)
+    raise AssertionError(f"the sweep does not know the pattern type {type(pattern).__name__}")
+
+
+def walk(patterns: list[Any], prefix: str = "", kwargs: tuple[str, ...] = (), namespace: str = "") -> Iterator[Route]:
+    """Every leaf pattern below ``patterns``, with the prefixes and arguments of the includes above it."""
+    for entry in patterns:
+        template, names = _template(entry.pattern)
+        if isinstance(entry, URLResolver):
+            yield from walk(entry.url_patterns, prefix + template, kwargs + names, entry.namespace or namespace)
+        elif isinstance(entry, URLPattern):
+            name = f"{namespace}:{entry.name}" if namespace and entry.name else entry.name or prefix + template
+            yield Route(prefix + template, kwargs + names, name, namespace)
+
+
+URL_ROUTES = list(walk(get_resolver().url_patterns))
+APP_ROUTES = [route for route in URL_ROUTES if not route.admin]
+ADMIN_ROUTES = [route for route in URL_ROUTES if route.admin]
+WS_ROUTES = list(walk(websocket_urlpatterns))
+
+
+@dataclass(frozen=True)
+class Owned:
+    session: ChatSession
+    turn: Turn
+    result: Result
+    request: ModelRequest
+
+
+# Each URL argument the app's views take, filled from the first person's real objects.
+APP_KWARGS: dict[str, Callable[[Owned], object]] = {
+    "session_id": lambda owned: owned.session.pk,
+    "number": lambda owned: owned.result.number,  # a result's number within its session
+    "turn_id": lambda owned: owned.turn.pk,
+    "result_id": lambda owned: owned.result.pk,
+    "request_id": lambda owned: owned.request.pk,
+}
+# The admin's arguments: staff only, so any value that resolves to the pattern will do.
+ADMIN_KWARGS: dict[str, Callable[[Owned], object]] = {
+    "object_id": lambda owned: owned.session.pk,
+    "id": lambda owned: owned.session.owner_id,  # the user whose password the admin sets
+    "app_label": lambda owned: "sessions_app",
+    "content_type_id": lambda owned: ContentType.objects.get_for_model(ChatSession).pk,
+    "url": lambda owned: "nothing-here/",
+}
+
+
+def values_for(route: Route, owned: Owned) -> dict[str, str]:
+    known = ADMIN_KWARGS if route.admin else APP_KWARGS
+    unknown = [name for name in route.kwargs if name not in known]
+    if unknown:
+        pytest.fail(
+            f"the isolation sweep does not know the URL argument {unknown[0]!r} of {route.name} "
+            f"(/{route.template}); add it to {'ADMIN_KWARGS' if route.admin else 'APP_KWARGS'} in {__file__}"
+        )
+    return {name: str(known[name](owned)) for name in route.kwargs}
+
+
+@pytest.fixture
+def owned(scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path) -> Owned:
+    """The first person's session with a turn, a stored result and a model request, all carrying secrets."""
+    (workspace_dir / "notes.md").write_text(f"{SECRETS[2]}\n")
+    scripted.push(Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]), Step(text=SECRETS[3]))
+    ReplyLoop(scripted_session).send(SECRETS[1])
+    session = session_rename(session=scripted_session, title=SECRETS[0])
+    return Owned(
+        session=session,
+        turn=Turn.objects.get(session=session),
+        result=Result.objects.get(session=session),
+        request=ModelRequest.objects.filter(session=session).first() or pytest.fail("no model request stored"),
+    )
+
+
+def _intact(owned: Owned) -> None:
+    session = ChatSession.objects.get(pk=owned.session.pk)
+    assert session.title == SECRETS[0] and session.mode == owned.session.mode
+    assert Turn.objects.filter(session=session).count() == 1 and Result.objects.filter(session=session).count() == 1
+
+
+def _leaks(body: bytes) -> list[str]:
+    text = body.decode(errors="replace")
+    return [secret for secret in SECRETS if secret in text]
+
+
+def _send(client: Client, method: str, path: str) -> Any:
+    return client.get(path) if method == "GET" else client.post(path, POSTED)
+
+
+def _bob(other_user: Any) -> Client:
+    client = Client()
+    client.force_login(other_user)
+    return client
+
+
+def test_the_sweep_finds_every_route() -> None:
+    names = {route.name for route in URL_ROUTES}
+    assert {"home", "session", "session_rename", "session_delete", "session_chart", "result"} <= names
+    assert {"login", "logout", "password_change", "admin:index", "admin:sessions_app_chatsession_change"} <= names
+    assert "ws/sessions/{session_id}/" in [route.template for route in WS_ROUTES]
+
+
+def test_a_second_person_gets_404_for_every_id_of_the_first(owned: Owned, other_user: Any) -> None:
+    failures: list[str] = []
+    swept = 0
+    bob = _bob(other_user)
+    for route in APP_ROUTES:
+        if not route.kwargs:
+            continue
+        path = route.path(values_for(route, owned))
+        missing = route.path(dict.fromkeys(route.kwargs, MISSING_ID))
+        for method in ("GET", "POST"):
+            bob.force_login(other_user)
+            response = _send(bob, method, path)
+            swept += 1
+            if _leaks(response.content):
+                failures.append(f"{method} {path}: shows {_leaks(response.content)}")
+            if response.status_code == 404:
+                continue
+            baseline = _send(bob, method, missing)
+            same = (baseline.status_code, baseline.content) == (response.status_code, response.content)
+            if response.status_code == 405 and same:
+                continue  # the view never takes this method: the same answer as for an id nobody has
+            failures.append(f"{method} {path}: {response.status_code}, not 404")
+    assert failures == []
+    assert swept >= 10  # five routes with ids today, each GET and POST
+    _intact(owned)
+
+
+def test_pages_without_ids_show_a_second_person_nothing_of_the_first(owned: Owned, other_user: Any) -> None:
+    failures: list[str] = []
+    bob = _bob(other_user)
+    for route in APP_ROUTES:
+        if route.kwargs:
+            continue
+        for method in ("GET", "POST"):
+            bob.force_login(other_user)
+            response = _send(bob, method, route.path({}))
+            if response.status_code >= 500 or _leaks(response.content):
+                failures.append(f"{method} /{route.template}: {response.status_code} {_leaks(response.content)}")
+    assert failures == []
+    _intact(owned)
+
+
+def test_nobody_logged_in_is_sent_to_the_login_page(owned: Owned) -> None:
+    failures: list[str] = []
+    for route in APP_ROUTES:
+        path = route.path(values_for(route, owned))
+        for method in ("GET", "POST"):
+            response = _send(Client(), method, path)
+            location = response.headers.get("Location", "")
+            if _leaks(response.content):
+                failures.append(f"{method} {path}: shows {_leaks(response.content)}")
+            elif route.name in PUBLIC_VIEWS:
+                if response.status_code not in (200, 301, 302, 405):
+                    failures.append(f"{method} {path}: {response.status_code}")
+            elif not (response.status_code == 302 and location.startswith("/login/?next=")):
+                failures.append(f"{method} {path}: {response.status_code} {location}, not a redirect to log in")
+    assert failures == []
+    _intact(owned)
+
+
+def test_the_admin_is_staff_only(owned: Owned, other_user: Any) -> None:
+    failures: list[str] = []
+    swept = 0
+    for route in ADMIN_ROUTES:
+        path = route.path(values_for(route, owned))
+        for identity in ("bob", "nobody"):
+            for method in ("GET", "POST"):
+                client = _bob(other_user) if identity == "bob" else Client()
+                response = _send(client, method, path)
+                swept += 1
+                location = response.headers.get("Location", "")
+                if _leaks(response.content):
+                    failures.append(f"{identity} {method} {path}: shows {_leaks(response.content)}")
+                elif route.name == "admin:login" and response.status_code == 200:
+                    continue
+                elif route.name == "admin:logout" and (response.status_code, location) == (302, "/admin/"):
+                    continue  # Django sends a non-staff logout to the admin's index, which sends to the login
+                elif not (response.status_code == 302 and location.startswith("/admin/login/")):
+                    failures.append(f"{identity} {method} {path}: {response.status_code} {location}")
+    assert failures == []
+    assert swept >= 4 * 60
+    _intact(owned)
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_ids_out_of_range_or_malformed_are_404_never_500(owned: Owned, user: Any, other_user: Any, bad: str) -> None:
+    failures: list[str] = []
+    for route in APP_ROUTES:
+        if not route.kwargs:
+            continue
+        real = values_for(route, owned)
+        for name in route.kwargs:
+            path = route.path({**real, name: bad})
+            missing = route.path({**real, name: MISSING_ID})
+            for person in (user, other_user):
+                client = Client()
+                client.force_login(person)
+                for method in ("GET", "POST"):
+                    response = _send(client, method, path)
+                    if response.status_code == 404:
+                        continue
+                    baseline = _send(client, method, missing)
+                    if response.status_code == 405 and baseline.status_code == 405:
+                        continue  # the view never takes this method, whatever the id
+                    failures.append(f"{person.username} {method} {path}: {response.status_code}")
+    assert failures == []
+    _intact(owned)
+
+
+# Websockets: through the whole ASGI stack, as the browser connects.
+
+
+def _cookie(user: Any) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def _socket(path: str, cookie: str | None) -> WebsocketCommunicator:
+    headers = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")]
+    if cookie:
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def _closed_without_a_word(communicator: WebsocketCommunicator) -> str | None:
+    """``None`` when the handshake was refused, or accepted and closed with 4404 before any message."""
+    ok, _ = await communicator.connect(timeout=10)
+    if not ok:
+        return None
+    output = await communicator.receive_output(timeout=10)
+    if output != {"type": "websocket.close", "code": 4404}:
+        return f"received {output!r}"
+    return None if await communicator.receive_nothing(timeout=0.5) else "received more after closing"
+
+
+WS_CASES = [
+    pytest.param(route, identity, id=f"{route.template}-{identity}")
+    for route in WS_ROUTES
+    for identity in ("bob", "nobody")
+]
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("route", "identity"), WS_CASES)
+async def test_a_second_person_cannot_open_the_first_persons_socket(
+    owned: Owned, other_user: Any, route: Route, identity: str
+) -> None:
+    values = await database_sync_to_async(values_for)(route, owned)
+    cookie = await database_sync_to_async(_cookie)(other_user) if identity == "bob" else None
+    communicator = _socket(route.path(values), cookie)
+    try:
+        assert await _closed_without_a_word(communicator) is None
+    finally:
+        await communicator.disconnect()
+
+
+WS_BAD_CASES = [
+    pytest.param(route, bad, id=f"{route.template}-{bad}") for route in WS_ROUTES if route.kwargs for bad in BAD_IDS
+]
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("route", "bad"), WS_BAD_CASES)
+async def test_a_socket_with_an_id_out_of_range_or_malformed_closes_cleanly(
+    owned: Owned, user: Any, route: Route, bad: str
+) -> None:
+    values = await database_sync_to_async(values_for)(route, owned)
+    cookie = await database_sync_to_async(_cookie)(user)
+    for name in route.kwargs:
+        communicator = _socket(route.path({**values, name: bad}), cookie)
+        try:
+            assert await _closed_without_a_word(communicator) is None
+        finally:
+            await communicator.disconnect()
