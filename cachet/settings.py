@@ -123,6 +123,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 5000}}}
 
+# The login failure counters and rendered markdown: shared through Redis where several processes serve.
 if REDIS_URL:
     CACHES: dict[str, Any] = {
         "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
@@ -206,12 +207,6 @@ AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_LOCKOUT_CALLABLE = "chat.web.logins.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "chat.web.logins.client_address"
 AXES_VERBOSE = False
-if REDIS_URL:
-    CACHES: dict[str, Any] = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
-    }
-else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 CACHET_MODEL_URL = os.environ.get("CACHET_MODEL_URL", "http://127.0.0.1:8080/v1")
 CACHET_MODEL = os.environ.get("CACHET_MODEL", "")

@@ -28,6 +28,7 @@ from chat.testing.scripted_server import ScriptedServer, Step
 from chat.web.routing import websocket_urlpatterns
 from sessions_app.models import ChatSession, ModelRequest, Result, Turn
 from sessions_app.services.sessions import session_rename
+from tests.agent.loop_helpers import run
 
 SECRETS = ("ada-secret-title-5b1e", "ada-secret-words-9c2d", "ada-secret-file-3f7a", "ada-secret-reply-7d04")
 BAD_IDS = ("0", "-1", "99999999999999999999", "abc")
@@ -123,7 +124,7 @@ def owned(scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir
     """The first person's session with a turn, a stored result and a model request, all carrying secrets."""
     (workspace_dir / "notes.md").write_text(f"{SECRETS[2]}\n")
     scripted.push(Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]), Step(text=SECRETS[3]))
-    ReplyLoop(scripted_session).send(SECRETS[1])
+    run(ReplyLoop(scripted_session).send(SECRETS[1]))
     session = session_rename(session=scripted_session, title=SECRETS[0])
     return Owned(
         session=session,
