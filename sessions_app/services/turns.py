@@ -13,7 +13,7 @@ from sessions_app.hygiene import StatedContext, compose_message
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import ChatSession, Generation, Step, Turn, TurnStatus
 from sessions_app.selectors.sessions import history_turns
-from sessions_app.text import pg_safe
+from sessions_app.text import storable, storable_or_none
 
 
 def stated_context(session: ChatSession, *, generation: Generation) -> StatedContext:
@@ -48,6 +48,8 @@ def turn_start(
     config: ContextConfig | None = None,
 ) -> Turn:
     """Store the person's message, with the note it needs, as a new open turn. One open turn per session."""
+    words = storable(words)
+    instructions = storable_or_none(instructions)
     session = _locked(session)
     if Turn.objects.filter(session=session, status=TurnStatus.OPEN).exists():
         raise ReplyInProgress()
@@ -66,8 +68,8 @@ def turn_start(
         session=session,
         number=_next_turn_number(session),
         generation=generation,
-        words=pg_safe(words),
-        message=pg_safe(composed.text),
+        words=words,
+        message=composed.text,
         note_date=composed.date_noted or "",
         note_mode=composed.mode_noted or "",
         note_instructions=composed.instructions_noted,
@@ -114,20 +116,20 @@ def step_record(
     return Step.objects.create(
         turn=turn,
         number=number,
-        text=pg_safe(text),
-        reasoning=pg_safe(reasoning),
+        text=storable(text),
+        reasoning=storable(reasoning),
         tool_calls=[
-            {"id": pg_safe(c["id"]), "name": pg_safe(c["name"]), "arguments": pg_safe(c["arguments"])}
+            {"id": storable(c["id"]), "name": storable(c["name"]), "arguments": storable(c["arguments"])}
             for c in tool_calls
         ],
-        finish_reason=finish_reason or "",
+        finish_reason=storable(finish_reason or ""),
     )
 
 
 @transaction.atomic
 def turn_finish(*, turn: Turn, reply_text: str) -> Turn:
     turn = Turn.objects.select_for_update(no_key=True).get(pk=turn.pk)
-    turn.reply_text = pg_safe(reply_text)
+    turn.reply_text = storable(reply_text)
     turn.status = TurnStatus.DONE
     turn.finished_at = timezone.now()
     turn.save(update_fields=["reply_text", "status", "finished_at"])
@@ -141,8 +143,8 @@ def turn_fail(*, turn: Turn, error: str, reply_text: str = "", interrupted: bool
     turn = Turn.objects.select_for_update(no_key=True).get(pk=turn.pk)
     if turn.status != TurnStatus.OPEN:
         return turn
-    turn.reply_text = pg_safe(reply_text)
-    turn.error = pg_safe(error)
+    turn.reply_text = storable(reply_text)
+    turn.error = storable(error)
     turn.status = TurnStatus.INTERRUPTED if interrupted else TurnStatus.FAILED
     turn.finished_at = timezone.now()
     turn.save(update_fields=["reply_text", "error", "status", "finished_at"])
@@ -161,7 +163,7 @@ def turns_interrupt_orphans(*, session: ChatSession, reason: str) -> int:
     for turn in Turn.objects.select_for_update(no_key=True).filter(session=session, status=TurnStatus.OPEN):
         texts = [step.text for step in turn.steps.order_by("number") if step.text]
         turn.reply_text = "\n\n".join(texts)
-        turn.error = reason
+        turn.error = storable(reason)
         turn.status = TurnStatus.INTERRUPTED
         turn.finished_at = timezone.now()
         turn.save(update_fields=["reply_text", "error", "status", "finished_at"])
