@@ -50,8 +50,12 @@ def embedded_server(data_dir: Path) -> EmbeddedServer:
             logger.warning("the embedded Postgres in %s has stopped; starting it again", pgdata)
             with server._lock:
                 server.ensure_postgres_running()
-        info = server.get_postmaster_info()
-        return EmbeddedServer(host=str(info.socket_dir), port=int(info.port or 5432))
+        return _address(server)
+
+
+def _address(server: Any) -> EmbeddedServer:
+    info = server.get_postmaster_info()
+    return EmbeddedServer(host=str(info.socket_dir), port=int(info.port or 5432))
 
 
 def _running(pgdata: Path) -> bool:
@@ -83,8 +87,7 @@ def _start(data_dir: Path, pgdata: Path) -> Any:
     pgdata.mkdir(parents=True, exist_ok=True)
     logger.debug("starting the embedded Postgres in %s", pgdata)
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
-    info = server.get_postmaster_info()
-    _ensure_database(EmbeddedServer(host=str(info.socket_dir), port=int(info.port or 5432)))
+    _ensure_database(_address(server))
     return server
 
 

@@ -49,7 +49,7 @@ def result_insert(
     """Give the outcome the session's next id under the session row's lock and store it in full."""
     session = ChatSession.objects.select_for_update(no_key=True).get(pk=turn.session_id)
     number = session.next_result_number
-    key = args_key(arguments)
+    key = storable(args_key(arguments))  # as stored, so it matches the keys of earlier results
     rendered: Rendered = render_result(
         number=number,
         tool=tool,
@@ -83,7 +83,7 @@ def result_insert(
         tool=storable(tool),
         arguments=None if isinstance(arguments, str) else storable_json(arguments),
         arguments_raw=storable(arguments_raw),
-        args_key=storable(key),
+        args_key=key,
         kind=rendered.kind,
         full_text=storable(rendered.full_text),
         inserted_text=storable(rendered.inserted_text),
