@@ -15,13 +15,14 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from cachet.origins import ExactOriginValidator  # noqa: E402
+from cachet.outage import WebsocketDatabaseGuard  # noqa: E402
 from chat.web.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": ExactOriginValidator(
-            AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+        "websocket": WebsocketDatabaseGuard(
+            ExactOriginValidator(AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))))
         ),
     }
 )

@@ -1,32 +1,104 @@
-"""The embedded Postgres that Cachet starts when ``DATABASE_URL`` is unset."""
+"""The embedded Postgres that Cachet uses when ``DATABASE_URL`` is unset: the ``pgserver`` package's server in
+``$CACHET_DATA/pg``, started by the first database connection of a process (never by an import) and started
+again by the next connection when it has stopped."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
 DATABASE_NAME = "cachet"
+USER = "postgres"
 
-_server: Any = None
+_lock = threading.Lock()
+_servers: dict[Path, Any] = {}
 
 
-def embedded_database_url(data_dir: Path) -> str:
-    """Start (or reuse) the ``pgserver`` Postgres in ``data_dir/pg`` and return a URL to Cachet's database."""
-    global _server
+@dataclass(frozen=True)
+class EmbeddedServer:
+    """Where the embedded server listens: a unix socket directory (``host``) and ``port``."""
+
+    host: str
+    port: int
+    user: str = USER
+
+
+def psql_path() -> Path:
+    """The ``psql`` shipped with ``pgserver``'s Postgres."""
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    return Path(POSTGRES_BIN_PATH) / "psql"
+
+
+def embedded_server(data_dir: Path) -> EmbeddedServer:
+    """Start (or reuse) the Postgres in ``data_dir/pg`` with Cachet's database in it; once per process and
+    thread-safe. A server that has stopped since is started again."""
+    pgdata = (data_dir / "pg").resolve()
+    with _lock:
+        server = _servers.get(pgdata)
+        if server is None:
+            server = _start(data_dir, pgdata)
+            _servers[pgdata] = server
+        elif not _running(pgdata):
+            logger.warning("the embedded Postgres in %s has stopped; starting it again", pgdata)
+            with server._lock:
+                server.ensure_postgres_running()
+        return _address(server)
+
+
+def _address(server: Any) -> EmbeddedServer:
+    info = server.get_postmaster_info()
+    return EmbeddedServer(host=str(info.socket_dir), port=int(info.port or 5432))
+
+
+def _running(pgdata: Path) -> bool:
+    """Whether a postmaster serves ``pgdata`` now: its pid file is there and names a live, unreaped process."""
+    import psutil
+    from pgserver.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    if info is None or info.process is None:
+        return False
+    try:
+        return bool(info.process.is_running() and info.process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def import_pgserver(data_dir: Path) -> Any:
+    """``pgserver``, imported with its lock folder in ``data_dir/run`` unless ``XDG_RUNTIME_DIR`` names one
+    (``pgserver`` reads it at import)."""
     os.environ.setdefault("XDG_RUNTIME_DIR", str(data_dir / "run"))
     Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
     import pgserver
 
-    if _server is None:
-        pgdata = data_dir / "pg"
-        pgdata.mkdir(parents=True, exist_ok=True)
-        _server = pgserver.get_server(pgdata, cleanup_mode="stop")  # type: ignore[attr-defined]
-        exists = _server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
-        if "(1 row)" not in exists:
-            logger.info("creating database %s in %s", DATABASE_NAME, pgdata)
-            _server.psql(f"CREATE DATABASE {DATABASE_NAME};")
-    return str(_server.get_uri(DATABASE_NAME))
+    return pgserver
+
+
+def _start(data_dir: Path, pgdata: Path) -> Any:
+    pgserver = import_pgserver(data_dir)
+    pgdata.mkdir(parents=True, exist_ok=True)
+    logger.debug("starting the embedded Postgres in %s", pgdata)
+    server = pgserver.get_server(pgdata, cleanup_mode="stop")
+    _ensure_database(_address(server))
+    return server
+
+
+def _ensure_database(server: EmbeddedServer) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(
+        host=server.host, port=server.port, user=server.user, dbname="postgres", autocommit=True
+    ) as connection:
+        if connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone() is None:
+            logger.info("creating database %s", DATABASE_NAME)
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another process was first
+                connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE_NAME)))

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
@@ -18,10 +17,9 @@ from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-Application = Callable[[Scope, Receive, Send], Awaitable[None]]
+from cachet.asgi_types import ASGIApp, Receive, Scope, Send
+
+Application = ASGIApp
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 HTTP_SCHEME_OF = {"ws": "http", "wss": "https"}

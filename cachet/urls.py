@@ -6,6 +6,8 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+handler500 = "cachet.outage.server_error"
+
 urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("cachet/favicon.svg"), permanent=True), name="favicon"),
     path("admin/", admin.site.urls),

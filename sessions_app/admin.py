@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from django.contrib import admin
-from django.db.models import QuerySet
+from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -24,12 +27,15 @@ from sessions_app.models import (
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Stored history is shown, never edited; deleting stays with the owner's own session delete."""
+    """Stored history is shown, never edited nor deleted; deleting stays with the owner's own session delete."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -47,18 +53,53 @@ class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class KeepsSessionsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Configuration that sessions point to: deletable while no session uses it, since sessions are kept."""
+
+    session_link = ""  # the ChatSession field that points to this model
+    in_use_text = "Sessions use {names}, and sessions are kept, so it cannot be deleted."
+
+    def get_deleted_objects(
+        self, objs: Sequence[Model] | QuerySet[Any], request: HttpRequest
+    ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        if protected:
+            # The sessions listed stop the delete, not a missing permission (the admin deletes no session).
+            perms_needed.discard(str(ChatSession._meta.verbose_name))
+            in_use = [str(obj) for obj in objs if ChatSession.objects.filter(**{self.session_link: obj}).exists()]
+            messages.error(request, self.in_use_text.format(names=", ".join(f"“{name}”" for name in in_use)))
+        return deleted, counts, perms_needed, protected
+
 
 @admin.register(Workspace)
-class WorkspaceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class WorkspaceAdmin(KeepsSessionsAdmin):
+    session_link = "workspace"
     list_display = ["name", "folder", "allow_commands", "allow_network"]
     filter_horizontal = ["members"]
     search_fields = ["name", "folder"]
 
 
 @admin.register(ModelEndpoint)
-class ModelEndpointAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ModelEndpointAdmin(KeepsSessionsAdmin):
+    session_link = "endpoint"
     list_display = ["name", "base_url", "model", "context_window"]
     search_fields = ["name", "base_url", "model"]
+
+
+admin.site.unregister(get_user_model())
+
+
+@admin.register(get_user_model())
+class PersonAdmin(KeepsSessionsAdmin, UserAdmin):  # type: ignore[type-arg]
+    session_link = "owner"
+    in_use_text = (
+        "The account {names} has sessions, which are kept, so it cannot be deleted. "
+        "Untick Active on its page instead: it can no longer log in."
+    )
 
 
 class TurnInline(ReadOnlyInline):

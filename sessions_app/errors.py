@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import psycopg
+from django.db import InterfaceError, OperationalError
+
+DATABASE_UNAVAILABLE = "The database is unavailable; your message is kept."
+
 
 class StoreError(Exception):
     """A request to the store that cannot be carried out; ``str()`` says why."""
@@ -32,12 +37,16 @@ class NothingToCompact(StoreError):
         super().__init__("There is nothing to compact yet.")
 
 
-def person_message(error: BaseException) -> str:
-    """The one line a person is shown for ``error``: what the store says, else what failed, never a path."""
-    from django.db import DatabaseError
+def is_database_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the database cannot be reached (stopped, restarting, the connection lost)."""
+    return isinstance(error, OperationalError | InterfaceError | psycopg.OperationalError | psycopg.InterfaceError)
 
+
+def person_message(error: BaseException) -> str:
+    """The one line a person sees for ``error``: a store refusal as it is, the database being away as
+    :data:`DATABASE_UNAVAILABLE`, anything else by its type only (no path, no host, no detail)."""
     if isinstance(error, StoreError):
         return str(error)
-    if isinstance(error, DatabaseError):
-        return "The database is unavailable; your message is kept."
-    return f"Cachet failed: {type(error).__name__}."
+    if is_database_unavailable(error):
+        return DATABASE_UNAVAILABLE
+    return f"Cachet failed: {type(error).__name__}"

@@ -49,7 +49,8 @@ class Mode(models.TextChoices):
 
 
 class ChatSession(models.Model):
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions")
+    # PROTECT: a person with sessions is deactivated, not deleted; their sessions stay stored.
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="chat_sessions")
     title = models.CharField(max_length=200, blank=True)
     workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="sessions")
     endpoint = models.ForeignKey(ModelEndpoint, on_delete=models.PROTECT, related_name="sessions")

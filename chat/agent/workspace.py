@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from django.conf import settings
+from django.db import connection
 
 from chat.tools import Sandbox, ToolContext, ToolError
 from chat.tools.context import never_cancelled
@@ -51,9 +52,8 @@ def sandbox_settings() -> Sandbox:
     """How ``run`` confines commands here: the settings' bubblewrap, ``loop.json``'s limits, and Cachet's
     data folder and database socket folder hidden should a workspace hold them."""
     loop = prompts.loop_settings()
-    database = settings.DATABASES["default"]
-    hosts = (database.get("HOST"), database.get("OPTIONS", {}).get("host"))
-    hidden = [str(settings.CACHET_DATA), *(host for host in hosts if isinstance(host, str) and host.startswith("/"))]
+    host = connection.get_connection_params().get("host")
+    hidden = [str(settings.CACHET_DATA), *([host] if isinstance(host, str) and host.startswith("/") else [])]
     return Sandbox(
         bwrap=settings.CACHET_BWRAP,
         memory_bytes=int(loop["run_memory_bytes"]),

@@ -16,7 +16,8 @@ Faults: `refuse` (read the request, close without answering), `http500` (a llama
 JSON error; the step's text is its message), `malformed` (a `data: {not json` event mid-stream),
 `cut` (some text, then the connection closes without `[DONE]`), `stall` (the role delta, then
 silence until the server closes or 60 s pass), `keepalive` (like `stall`, but an SSE comment every
-`delay` seconds, 0.1 s at least) and `garbage` (200 with an HTML body).
+`delay` seconds, 0.1 s at least) and `garbage` (200 with an HTML body). A step's text holding a lone
+surrogate (`"\\ud83d"`) goes out as a JSON escape, as from a server that splits a character between events.
 
 Run `python -m chat.testing.scripted_server --port 8080 --script FILE.json` to serve a JSON list
 of step objects (`{"text": ..., "reasoning": ..., "tool_calls": [[name, args], ...], "fault": ...,
@@ -122,6 +123,14 @@ def render_prompt(request: Mapping[str, Any]) -> str:
         out.append(f"<|im_start|>{role}\n{body}<|im_end|>\n")
     out.append("<|im_start|>assistant\n")
     return "".join(out)
+
+
+def _json_bytes(data: object) -> bytes:
+    """UTF-8 JSON as llama-server writes it; with ASCII escapes where a lone surrogate cannot be UTF-8."""
+    try:
+        return json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(data).encode()
 
 
 def tokenize(text: str) -> list[str]:
@@ -246,7 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     def _event(self, data: object) -> None:
-        self._chunk(b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n")
+        self._chunk(b"data: " + _json_bytes(data) + b"\n\n")
 
     def _stream(self, answer: _Answer) -> None:
         step = answer.step
@@ -287,7 +296,7 @@ class _Handler(BaseHTTPRequestHandler):
         if step.fault in ("stall", "keepalive"):
             self._wait(STALL_SECONDS)
             raise _Closed
-        payload = json.dumps(answer.whole(), ensure_ascii=False).encode()
+        payload = _json_bytes(answer.whole())
         if step.fault == "malformed":
             payload = b"{not json"
         self._wait(step.delay)

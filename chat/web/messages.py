@@ -12,6 +12,7 @@ and streamed text is cut into pieces.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
@@ -86,7 +87,17 @@ class Message:
             data["ops"] = self.ops
         if self.live is not None:
             data["live"] = self.live
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        return dumps(data)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def dumps(data: object) -> str:
+    """JSON as UTF-8 can carry it: a lone surrogate (half of a character split between two streamed pieces)
+    is written as its escape, which the page joins with the other half."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def utf16_length(text: str) -> int:
@@ -95,7 +106,7 @@ def utf16_length(text: str) -> int:
 
 
 def _size(data: object) -> int:
-    return len(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+    return len(dumps(data).encode("utf-8"))
 
 
 def _fitting(op: Op, limit: int) -> OpData:

@@ -12,6 +12,7 @@ from sessions_app.models import BreakCause, ChatSession, Generation, Result, Res
 from sessions_app.selectors.sessions import history_turns
 from sessions_app.services.revisions import revision_next
 from sessions_app.services.sessions import generation_create
+from sessions_app.text import storable
 
 
 def covered_reads(session: ChatSession, *, generation: Generation) -> list[TableRead]:
@@ -35,6 +36,7 @@ def covered_reads(session: ChatSession, *, generation: Generation) -> list[Table
 @transaction.atomic
 def compaction_apply(*, session: ChatSession, summary: str, config: ContextConfig | None = None) -> Generation:
     """Start the next generation from ``summary``; an empty summary changes nothing."""
+    summary = storable(summary)
     session = ChatSession.objects.select_for_update(no_key=True).get(pk=session.pk)
     if Turn.objects.filter(session=session, status=TurnStatus.OPEN).exists():
         raise ReplyInProgress()

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, Turn
 from sessions_app.selectors.requests import BuiltRequest, PreviousRequest
+from sessions_app.text import storable, storable_json
 from sessions_app.types import PendingBreak
 
 logger = logging.getLogger(__name__)
@@ -107,8 +108,8 @@ def request_record_start(
         turn=turn,
         step_number=step_number,
         kind=kind,
-        endpoint_url=endpoint_url,
-        model_name=model_name,
+        endpoint_url=storable(endpoint_url),
+        model_name=storable(model_name),
         body_sha256=hashlib.sha256(built.body).hexdigest(),
         bytes_sent=len(built.body),
         shared_prefix_bytes=verdict.shared_prefix_bytes,
@@ -141,9 +142,9 @@ def request_record_finish(
     request.completion_tokens = completion_tokens
     request.time_to_first_token = time_to_first_token
     request.total_time = total_time
-    request.usage = usage
-    request.timings = timings
-    request.error = error
+    request.usage = None if usage is None else storable_json(usage)
+    request.timings = None if timings is None else storable_json(timings)
+    request.error = storable(error)
     request.status = RequestStatus.FAILED if error else RequestStatus.DONE
     request.finished_at = timezone.now()
     request.save()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict
 
@@ -13,7 +12,7 @@ from sessions_app.hygiene import PriorResult, Rendered, args_key, render_result
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.hygiene.outcomes import EditOutcome, Outcome, ReadOutcome
 from sessions_app.models import ChatSession, Result, Step, Turn
-from sessions_app.text import pg_safe
+from sessions_app.text import storable, storable_json
 
 
 def prior_result(result: Result) -> PriorResult:
@@ -67,7 +66,7 @@ def result_insert(
     ``table`` is the dedupe table, the results of this reply so far (read from the store when not given).
     """
     number, revision = _next_number(turn.session_id)
-    key = args_key(arguments)
+    key = storable(args_key(arguments))  # as stored, so it matches the keys of earlier results
     rendered: Rendered = render_result(
         number=number,
         tool=tool,
@@ -79,8 +78,8 @@ def result_insert(
     fields: dict[str, object] = {}
     if isinstance(outcome, ReadOutcome):
         fields = {
-            "path": outcome.path,
-            "abs_path": outcome.abs_path,
+            "path": storable(outcome.path),
+            "abs_path": storable(outcome.abs_path),
             "first_line": outcome.first_line,
             "last_line": outcome.last_line,
             "total_lines": outcome.total_lines,
@@ -88,25 +87,23 @@ def result_insert(
         }
     elif isinstance(outcome, EditOutcome):
         fields = {
-            "changed_files": [asdict(change) for change in outcome.changes],
-            "path": outcome.changes[0].path if len(outcome.changes) == 1 else "",
-            "abs_path": outcome.changes[0].abs_path if len(outcome.changes) == 1 else "",
+            "changed_files": storable_json([asdict(change) for change in outcome.changes]),
+            "path": storable(outcome.changes[0].path) if len(outcome.changes) == 1 else "",
+            "abs_path": storable(outcome.changes[0].abs_path) if len(outcome.changes) == 1 else "",
         }
     result = Result.objects.create(
         session_id=turn.session_id,
         number=number,
         turn=turn,
         step=step,
-        call_id=call_id,
-        tool=tool,
-        arguments=json.loads(json.dumps(arguments).replace("\\u0000", "\\u2400"))
-        if not isinstance(arguments, str)
-        else None,
-        arguments_raw=pg_safe(arguments_raw),
-        args_key=pg_safe(key),
+        call_id=storable(call_id),
+        tool=storable(tool),
+        arguments=None if isinstance(arguments, str) else storable_json(arguments),
+        arguments_raw=storable(arguments_raw),
+        args_key=key,
         kind=rendered.kind,
-        full_text=pg_safe(rendered.full_text),
-        inserted_text=pg_safe(rendered.inserted_text),
+        full_text=storable(rendered.full_text),
+        inserted_text=storable(rendered.inserted_text),
         refers_to=rendered.refers_to,
         stale=list(rendered.stale),
         **fields,

@@ -13,6 +13,7 @@ from sessions_app.hygiene import system_prompt_with_summary
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import ChatSession, Generation, Mode, ModelEndpoint, Workspace
 from sessions_app.selectors.requests import dumps
+from sessions_app.text import storable
 
 
 def generation_create(
@@ -59,8 +60,9 @@ def session_start(
     title: str = "",
 ) -> ChatSession:
     """A new session whose system prompt and tool list are frozen into generation 1."""
+    model_name = storable(model_name)
     session = ChatSession.objects.create(
-        owner=owner, title=title, workspace=workspace, endpoint=endpoint, model_name=model_name, mode=mode
+        owner=owner, title=storable(title), workspace=workspace, endpoint=endpoint, model_name=model_name, mode=mode
     )
     generation_create(session=session, number=1, mode=mode, model_name=model_name, tools_json=dumps(tools))
     return session
@@ -68,7 +70,7 @@ def session_start(
 
 @transaction.atomic
 def session_rename(*, session: ChatSession, title: str) -> ChatSession:
-    session.title = title.strip()[:200]
+    session.title = storable(title).strip()[:200]
     session.save(update_fields=["title", "updated_at"])
     return session
 
@@ -86,6 +88,7 @@ def session_set_mode(*, session: ChatSession, mode: str) -> ChatSession:
 @transaction.atomic
 def session_change_model(*, session: ChatSession, endpoint: ModelEndpoint, model_name: str) -> ChatSession:
     """Move the session to another model: a new generation, its system prompt rebuilt, the history kept."""
+    model_name = storable(model_name)
     session = ChatSession.objects.select_for_update(no_key=True).get(pk=session.pk)
     current = Generation.objects.get(session=session, number=session.generation_number)
     if endpoint.pk == session.endpoint_id and model_name == session.model_name:

@@ -13,7 +13,7 @@ from sessions_app.models import ChatSession, Generation, Step, StepDraft, Turn, 
 from sessions_app.selectors.sessions import history_turns
 from sessions_app.selectors.turns import turn_draft_text, turn_reply_text
 from sessions_app.services.revisions import revision_next
-from sessions_app.text import pg_safe
+from sessions_app.text import storable, storable_or_none
 from sessions_app.types import StoredCall
 
 
@@ -53,7 +53,8 @@ def turn_start(
 ) -> Turn:
     """Store the person's message, with the note it needs, as a new open turn. One open turn per session."""
     session = _locked(session)
-    words = pg_safe(words)
+    words = storable(words)
+    instructions = storable_or_none(instructions)
     generation = Generation.objects.get(session=session, number=session.generation_number)
     stated = stated_context(session, generation=generation)
     composed = compose_message(
@@ -74,7 +75,7 @@ def turn_start(
         number=number,
         generation=generation,
         words=words,
-        message=pg_safe(composed.text),
+        message=storable(composed.text),
         note_date=composed.date_noted or "",
         note_mode=composed.mode_noted or "",
         note_instructions=composed.instructions_noted,
@@ -107,7 +108,7 @@ def turn_restart(*, session: ChatSession, like: Turn) -> Turn:
 def step_draft_save(*, turn: Turn, number: int, text: str, reasoning: str) -> None:
     """Keep what step ``number`` has streamed so far, so a crash loses at most what came since."""
     StepDraft.objects.update_or_create(
-        turn=turn, number=number, defaults={"text": pg_safe(text), "reasoning": pg_safe(reasoning)}
+        turn=turn, number=number, defaults={"text": storable(text), "reasoning": storable(reasoning)}
     )
 
 
@@ -126,13 +127,13 @@ def step_record(
     step = Step.objects.create(
         turn=turn,
         number=number,
-        text=pg_safe(text),
-        reasoning=pg_safe(reasoning),
+        text=storable(text),
+        reasoning=storable(reasoning),
         tool_calls=[
-            StoredCall(id=pg_safe(call["id"]), name=pg_safe(call["name"]), arguments=pg_safe(call["arguments"]))
+            StoredCall(id=storable(call["id"]), name=storable(call["name"]), arguments=storable(call["arguments"]))
             for call in tool_calls
         ],
-        finish_reason=finish_reason or "",
+        finish_reason=storable(finish_reason or ""),
     )
     _touch(turn)
     return step
@@ -147,7 +148,7 @@ def _touch(turn: Turn) -> None:
 def turn_finish(*, turn: Turn, unstored: str = "") -> Turn:
     """The reply is done: its text is its steps' texts (and ``unstored``, a closing line of the loop's own)."""
     turn = Turn.objects.select_for_update(no_key=True).get(pk=turn.pk)
-    turn.reply_text = pg_safe(turn_reply_text(turn, unstored=unstored))
+    turn.reply_text = storable(turn_reply_text(turn, unstored=unstored))
     turn.status = TurnStatus.DONE
     turn.finished_at = timezone.now()
     turn.revision = revision_next(turn.session_id)
@@ -164,8 +165,8 @@ def turn_fail(*, turn: Turn, error: str, unstored: str = "", interrupted: bool =
     if turn.status != TurnStatus.OPEN:
         return turn
     StepDraft.objects.filter(turn=turn).delete()
-    turn.reply_text = pg_safe(turn_reply_text(turn, unstored=unstored))
-    turn.error = pg_safe(error)
+    turn.reply_text = storable(turn_reply_text(turn, unstored=unstored))
+    turn.error = storable(error)
     turn.status = TurnStatus.INTERRUPTED if interrupted else TurnStatus.FAILED
     turn.finished_at = timezone.now()
     turn.revision = revision_next(turn.session_id)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Timeouts
@@ -49,8 +50,7 @@ def test_the_context_carries_the_workspace_and_sandbox_settings(full_session: Ch
     assert context.sandbox.bwrap == "/opt/bwrap"
     assert context.sandbox.memory_bytes == loop["run_memory_bytes"] == 2 * 1024**3
     assert context.sandbox.max_processes == loop["run_max_processes"] == 256
-    database = settings.DATABASES["default"]
-    socket_dir = database["HOST"] or database["OPTIONS"]["host"]
+    socket_dir = connection.get_connection_params()["host"]
     assert context.sandbox.hidden == (str(settings.CACHET_DATA), socket_dir)
     full_session.workspace.allow_network = True
     full_session.workspace.save()

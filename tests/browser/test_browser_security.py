@@ -27,6 +27,7 @@ from sessions_app.models import ChatSession, Result, Turn
 from sessions_app.services.sessions import session_start
 from tests.agent.loop_helpers import run
 from tests.browser.browser_kit import Browser, World, in_thread, login, screenshot
+from tests.raw_websocket import HELLO, client_frame
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=15_000)
@@ -176,15 +177,6 @@ def _read_frame(stream: BinaryIO) -> tuple[int, bytes]:
     return head[0] & 0x0F, exactly(length)
 
 
-def _client_frame(payload: bytes) -> bytes:
-    """One masked text frame, as a client sends it."""
-    mask = os.urandom(4)
-    masked = bytes(byte ^ mask[index % 4] for index, byte in enumerate(payload))
-    length = len(payload)
-    header = bytes([0x81, 0x80 | length]) if length < 126 else bytes([0x81, 0x80 | 126]) + length.to_bytes(2, "big")
-    return header + mask + masked
-
-
 def raw_handshake(cachet_url: str, path: str, *, origin: str | None, cookie: str, extra: dict[str, str]) -> Handshake:
     """A websocket upgrade over a plain socket, as a proxy would forward it; the first frame when accepted."""
     address = urlsplit(cachet_url)
@@ -215,7 +207,7 @@ def raw_handshake(cachet_url: str, path: str, *, origin: str | None, cookie: str
             if not path.startswith("/ws/sessions/") or not path.removeprefix("/ws/sessions/").rstrip("/").isdigit():
                 frame = _read_frame(stream)
             else:
-                connection.sendall(_client_frame(b'{"type": "hello", "rev": 0, "first": 0, "bar": 0}'))
+                connection.sendall(client_frame(HELLO))
                 frame = _read_frame(stream)
         return Handshake(status, headers, frame)
 

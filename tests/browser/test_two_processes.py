@@ -57,14 +57,13 @@ def _free_port() -> int:
 
 def _test_database_url() -> str:
     """A URL to the database the tests run on (pytest-django's test database), for the subprocesses."""
-    db = connection.settings_dict
-    user = quote(str(db.get("USER") or ""), safe="")
-    password = quote(str(db.get("PASSWORD") or ""), safe="")
+    params = connection.get_connection_params()  # where the embedded Postgres listens, too
+    user = quote(str(params.get("user") or ""), safe="")
+    password = quote(str(params.get("password") or ""), safe="")
     credentials = f"{user}:{password}@" if password else f"{user}@" if user else ""
-    name = quote(str(db["NAME"]), safe="")
-    options = db.get("OPTIONS") or {}
-    host = str(db.get("HOST") or options.get("host") or "")
-    port = str(db.get("PORT") or options.get("port") or "")
+    name = quote(str(params["dbname"]), safe="")
+    host = str(params.get("host") or "")
+    port = str(params.get("port") or "")
     if host.startswith("/"):  # a unix socket directory, as the embedded Postgres uses
         query = f"host={quote(host, safe='')}" + (f"&port={port}" if port else "")
         return f"postgresql://{credentials}/{name}?{query}"

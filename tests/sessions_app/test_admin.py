@@ -1,15 +1,20 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib import admin
+from django.db.models import Model, ProtectedError
 from django.test import Client
 from django.urls import reverse
 
 from sessions_app.hygiene.outcomes import OutputOutcome
-from sessions_app.models import ChatSession, Result, Workspace
+from sessions_app.models import ChatSession, Generation, ModelEndpoint, Result, Workspace
+from sessions_app.selectors.requests import build_request, previous_request
+from sessions_app.services.requests import request_record_start
 from sessions_app.services.results import result_insert
-from sessions_app.services.turns import turn_start
+from sessions_app.services.turns import step_record, turn_start
 
 pytestmark = pytest.mark.django_db
 
@@ -94,3 +99,101 @@ def test_workspaces_show_whether_commands_may_use_the_network(staff: Client, tmp
     assert Workspace.objects.get(name="net").allow_network is True
     listing = staff.get(reverse("admin:sessions_app_workspace_changelist"))
     assert "column-allow_network" in listing.content.decode()
+
+
+@pytest.fixture
+def stored(chat_session: ChatSession, results: list[Result]) -> dict[str, Model]:
+    """One row of every stored model, a request to a model included."""
+    turn = results[0].turn
+    step = step_record(turn=turn, number=1, text="t", reasoning="", tool_calls=[], finish_reason="stop")
+    built = build_request(chat_session, current=turn, model_name="scripted")
+    request, _ = request_record_start(
+        session=chat_session,
+        turn=turn,
+        step_number=1,
+        kind="reply",
+        built=built,
+        endpoint_url="http://127.0.0.1:9/v1",
+        model_name="scripted",
+        previous=previous_request(chat_session),
+    )
+    return {
+        "chatsession": chat_session,
+        "generation": Generation.objects.get(session=chat_session),
+        "turn": turn,
+        "step": step,
+        "result": results[0],
+        "modelrequest": request,
+    }
+
+
+STORED = ["chatsession", "generation", "turn", "step", "result", "modelrequest"]
+
+
+@pytest.mark.parametrize("name", STORED)
+def test_staff_cannot_delete_anything_stored(staff: Client, stored: dict[str, Model], name: str) -> None:
+    row = stored[name]
+    model = type(row)
+    if name == "step":
+        assert not admin.site.is_registered(model)  # shown inline in its turn, which deletes nothing
+        return
+    url = reverse(f"admin:sessions_app_{name}_delete", args=[row.pk])
+    assert staff.get(url).status_code == 403
+    assert staff.post(url, {"post": "yes"}).status_code == 403
+    changelist = reverse(f"admin:sessions_app_{name}_changelist")
+    page = staff.get(changelist)
+    assert page.status_code == 200
+    assert "delete_selected" not in page.content.decode()
+    staff.post(changelist, {"action": "delete_selected", "_selected_action": [row.pk], "post": "yes"})
+    assert model._default_manager.filter(pk=row.pk).exists()
+
+
+def test_inlines_offer_no_delete(staff: Client, stored: dict[str, Model]) -> None:
+    for name in ("chatsession", "turn"):
+        page = staff.get(reverse(f"admin:sessions_app_{name}_change", args=[stored[name].pk]))
+        assert page.status_code == 200
+        assert "-DELETE" not in page.content.decode()
+
+
+@pytest.mark.parametrize(("name", "link"), [("workspace", "workspace"), ("modelendpoint", "endpoint")])
+def test_configuration_a_session_uses_is_kept_with_a_clear_reason(
+    staff: Client, chat_session: ChatSession, name: str, link: str
+) -> None:
+    used = getattr(chat_session, link)
+    url = reverse(f"admin:sessions_app_{name}_delete", args=[used.pk])
+    page = staff.get(url)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f"Sessions use “{used}”, and sessions are kept, so it cannot be deleted." in html
+    assert "protected related objects" in html and "permission" not in html
+    assert staff.post(url, {"post": "yes"}).status_code == 200
+    assert type(used).objects.filter(pk=used.pk).exists()
+    changelist = reverse(f"admin:sessions_app_{name}_changelist")
+    staff.post(changelist, {"action": "delete_selected", "_selected_action": [used.pk], "post": "yes"})
+    assert type(used).objects.filter(pk=used.pk).exists()
+
+
+def test_unused_configuration_can_be_deleted(staff: Client, workspace_dir: Path) -> None:
+    unused = Workspace.objects.create(name="spare", folder=str(workspace_dir))
+    endpoint = ModelEndpoint.objects.create(name="spare", base_url="http://127.0.0.1:9/v1")
+    for name, row in (("workspace", unused), ("modelendpoint", endpoint)):
+        response = staff.post(reverse(f"admin:sessions_app_{name}_delete", args=[row.pk]), {"post": "yes"})
+        assert response.status_code == 302
+        assert not type(row).objects.filter(pk=row.pk).exists()
+
+
+def test_a_person_with_sessions_is_deactivated_not_deleted(
+    staff: Client, chat_session: ChatSession, other_user: Any
+) -> None:
+    owner = chat_session.owner
+    with pytest.raises(ProtectedError):
+        owner.delete()
+    url = reverse("admin:auth_user_delete", args=[owner.pk])
+    html = staff.get(url).content.decode()
+    assert "The account “ada” has sessions, which are kept, so it cannot be deleted." in html
+    assert "Untick Active" in html and "permission" not in html
+    staff.post(url, {"post": "yes"})
+    assert ChatSession.objects.filter(pk=chat_session.pk, owner=owner).exists()
+    response = staff.post(reverse("admin:auth_user_delete", args=[other_user.pk]), {"post": "yes"})
+    assert response.status_code == 302
+    assert not type(other_user).objects.filter(pk=other_user.pk).exists()

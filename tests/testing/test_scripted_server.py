@@ -222,3 +222,12 @@ def test_command_line(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=5)
+
+
+def test_utf8_as_is_and_a_lone_surrogate_as_a_json_escape(server: ScriptedServer) -> None:
+    server.push(Step(text="café", chunk_size=100), Step(text="half \ud83d", chunk_size=100))
+    plain = events(server, chat_body(first_turn()))
+    assert any('"café"' in line for line in plain)
+    split = events(server, chat_body(first_turn()))
+    assert any('"half \\ud83d"' in line for line in split)
+    assert streamed_text(split) == "half \ud83d"

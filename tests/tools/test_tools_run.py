@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from django.conf import settings
+from django.db import connection
 
 from chat.tools import Sandbox, ToolContext, ToolError, call_tool, run
 from chat.tools import run as run_module_function
@@ -185,8 +185,7 @@ def connect_from(ctx: ToolContext, family: str, where: str) -> str:
 
 
 def test_the_database_cannot_be_reached(ctx: ToolContext) -> None:
-    database = settings.DATABASES["default"]
-    socket_dir = str(database["HOST"] or database["OPTIONS"]["host"])
+    socket_dir = str(connection.get_connection_params()["host"])
     sockets = [name for name in os.listdir(socket_dir) if name.startswith(".s.PGSQL.")]
     assert sockets, "the embedded Postgres listens on a unix socket"
     socket_path = os.path.join(socket_dir, sockets[0])

@@ -36,6 +36,7 @@ from sessions_app.models import (
 )
 from sessions_app.selectors.sessions import last_live_turn, session_get, workspaces_for
 from sessions_app.services.sessions import session_set_mode, session_start
+from sessions_app.text import storable
 
 
 def _endpoint(spec: str | None) -> ModelEndpoint:
@@ -172,7 +173,7 @@ class Command(BaseCommand):
         out = self.stdout
         match event:
             case TextDelta(text=text) if event.turn_number:
-                out.write(text, ending="")
+                out.write(storable(text), ending="")
                 out.flush()
             case ToolCalled(name=name) if event.turn_number:
                 out.write(f"\n[{name}]", ending="")

@@ -1,0 +1,1 @@
+"""Django's ``postgresql`` backend on the embedded Postgres, which the first connection starts."""
