@@ -75,6 +75,12 @@ def scripted_session(user: Any, workspace: Workspace, scripted: Any) -> ChatSess
 
 
 @pytest.fixture(autouse=True)
+def _requests_checked_against_the_store(settings: Any) -> None:
+    """Every request a reply grows step by step must be the one the store gives when read afresh."""
+    settings.CACHET_CHECK_REQUESTS = True
+
+
+@pytest.fixture(autouse=True)
 def _no_unexpected_prefix_breaks(request: pytest.FixtureRequest) -> Any:
     """Every request any test makes must share with the one before what its cause allows."""
     from django.db.models.signals import post_save
