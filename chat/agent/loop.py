@@ -268,45 +268,15 @@ class ReplyLoop:
                 if turn is not None:
                     self._save_draft(turn, step_number, streamed, idle=isinstance(piece, Idle))
         except GeneratorExit:
-            request_record_finish(
-                request=request,
-                prompt_tokens=None,
-                cached_tokens=None,
-                completion_tokens=None,
-                time_to_first_token=None,
-                total_time=time.monotonic() - started,
-                usage=None,
-                timings=None,
-                error=STOPPED,
-            )
+            _finish(request, None, started=started, error=STOPPED)
             raise
         except ModelError as error:
-            got = error.partial
-            request_record_finish(
-                request=request,
-                prompt_tokens=got.prompt_tokens if got else None,
-                cached_tokens=got.cached_tokens if got else None,
-                completion_tokens=got.completion_tokens if got else None,
-                time_to_first_token=got.time_to_first_token if got else None,
-                total_time=time.monotonic() - started,
-                usage=got.usage if got else None,
-                timings=got.timings if got else None,
-                error=str(error),
-            )
+            _finish(request, error.partial, started=started, error=str(error))
             yield RequestFinished(request)
             raise
         completion = answer.completion
         assert completion is not None, "a stream that ends without an error has its completion"
-        request_record_finish(
-            request=request,
-            prompt_tokens=completion.prompt_tokens,
-            cached_tokens=completion.cached_tokens,
-            completion_tokens=completion.completion_tokens,
-            time_to_first_token=completion.time_to_first_token,
-            total_time=completion.total_time,
-            usage=completion.usage,
-            timings=completion.timings,
-        )
+        _finish(request, completion, started=started)
         yield RequestFinished(request)
         return completion
 
@@ -394,6 +364,21 @@ class ReplyLoop:
                 raise ModelCancelled(STOPPED, url=self.model.url)
         limit = str(prompts.loop_settings()["step_limit_text"]).format(steps=self.max_steps)
         return turn_finish(turn=turn, unstored=limit)
+
+
+def _finish(request: ModelRequest, got: Completion | None, *, started: float, error: str = "") -> None:
+    """Complete ``request``'s row with what the server reported (all of it, or what came before ``error``)."""
+    request_record_finish(
+        request=request,
+        prompt_tokens=got.prompt_tokens if got else None,
+        cached_tokens=got.cached_tokens if got else None,
+        completion_tokens=got.completion_tokens if got else None,
+        time_to_first_token=got.time_to_first_token if got else None,
+        total_time=got.total_time if got and not error else time.monotonic() - started,
+        usage=got.usage if got else None,
+        timings=got.timings if got else None,
+        error=error,
+    )
 
 
 def _partial_text(error: ModelError) -> str:
