@@ -157,7 +157,8 @@ def test_the_chart_has_one_bar_per_finished_request_with_tooltips_and_causes() -
     assert html.count('class="cause cause-') == 2
     assert html.count('class="ttft"') == 3, "a segment from each timed bar to the timed bar before it"
     assert "<script" not in html and "style=" not in html
-    assert "2,400 tokens" in html
+    assert '<span class="tick" data-at="100">2,400 tokens</span>' in html, "the axes are markup, not text"
+    assert "&lt;span" not in html
 
 
 def test_a_bar_is_its_prompt_as_a_share_of_the_window() -> None:
