@@ -190,6 +190,7 @@ class ReplyLoop:
         """Take back the last reply and ask again with the same stored message."""
         with self._locked():
             taken, turn = turn_regenerate(session=self.session)
+            self._refresh()
             yield self._taken_back(taken, restore=restore)
             yield from self._reply(turn, again=True)
 
@@ -206,6 +207,7 @@ class ReplyLoop:
                 instructions=read_instructions(self.session),
                 config=self.config,
             )
+            self._refresh()
             yield self._taken_back(taken, restore=restore)
             yield from self._reply(turn)
 
