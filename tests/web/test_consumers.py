@@ -311,6 +311,10 @@ def _label(html: str) -> str:
     return f"{found.group(2)} (stored {found.group(1)})"
 
 
+def _says(text: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda message: text in json.dumps(message)
+
+
 def _siblings(html: str) -> str:
     found = re.search(r'<span class="sibling-at">([^<]*)</span>', html)
     return found.group(1) if found else ""
@@ -381,14 +385,14 @@ async def test_edit_and_flip_refuse_what_they_cannot_do(
     ]
     for message, text in refusals:
         await communicator.send_json_to(message)
-        await until(communicator, got, lambda m, text=text: text in json.dumps(m))
+        await until(communicator, got, _says(text))
     for message, text in [
         ({"type": "edit", "turn": 9, "text": "x"}, "This session has no live turn 9."),
         ({"type": "flip", "turn": 1}, "That turn is already on the live branch."),
         ({"type": "flip", "turn": 9}, "This session has no turn 9."),
     ]:
         await communicator.send_json_to(message)
-        await until(communicator, got, lambda m, text=text: text in json.dumps(m))
+        await until(communicator, got, _says(text))
         await until(communicator, got, idle)
     turns = await database_sync_to_async(lambda: list(Turn.objects.values_list("number", "status")))()
     assert turns == [(1, TurnStatus.DONE)], "nothing refused changed the store"
