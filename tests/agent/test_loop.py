@@ -235,6 +235,19 @@ def test_a_flip_back_to_a_compacted_branch_starts_from_its_summary(
     assert _last_cause(scripted_session) == BreakCause.BRANCH
 
 
+def test_an_edit_can_restore_the_files_the_replaced_turns_changed(
+    scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path
+) -> None:
+    scripted.push(Step(tool_calls=[("write", {"path": "new.txt", "content": "x\n"})]), Step(text="Written."))
+    loop = _loop(scripted_session)
+    run(loop.send("write new.txt"))
+    scripted.push(Step(text="Not writing."))
+    edited = run(loop.edit(1, "do not write anything", restore=True))
+    assert edited.taken_back.restored and edited.taken_back.edits == 1
+    assert not (workspace_dir / "new.txt").exists()
+    assert edited.turn.reply_text == "Not writing."
+
+
 def test_regenerating_a_compacted_turn_asks_without_the_summary(
     scripted: ScriptedServer, scripted_session: ChatSession
 ) -> None:
