@@ -307,7 +307,6 @@ class Publisher:
         """The page shows the live branch again: its last turns, as a page loads them, with its compactions."""
         if not event.made_live:
             return
-        self.session.refresh_from_db(fields=["generation_number"])
         page = transcript_page(self.session, running=False)
         self.group(
             [fragments.transcript_put(page, session_id=self.session.pk)],
