@@ -11,7 +11,7 @@ from django.contrib.auth.admin import UserAdmin
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from sessions_app.hygiene import format_id, parse_id
 from sessions_app.models import (
@@ -22,6 +22,7 @@ from sessions_app.models import (
     Result,
     Step,
     Turn,
+    TurnStatus,
     Workspace,
 )
 
@@ -104,7 +105,7 @@ class PersonAdmin(KeepsSessionsAdmin, UserAdmin):  # type: ignore[type-arg]
 
 class TurnInline(ReadOnlyInline):
     model = Turn
-    fields = ["number", "status", "words", "reply_text", "error", "started_at"]
+    fields = ["number", "position", "status", "taken_back_by", "words", "reply_text", "error", "started_at"]
 
 
 class GenerationInline(ReadOnlyInline):
@@ -112,12 +113,79 @@ class GenerationInline(ReadOnlyInline):
     fields = ["number", "model_name", "mode", "covers_through_turn", "taken_back", "created_at"]
 
 
+_FORK_OPEN = mark_safe('<li class="cachet-fork"><ul>')
+_BRANCH_OPEN = mark_safe('<li class="cachet-branch"><ul>')
+_LIVE_BRANCH_OPEN = mark_safe('<li class="cachet-branch live"><span class="cachet-live-mark">live branch</span><ul>')
+_CLOSE = mark_safe("</ul></li>")
+
+
+def _turn_row(turn: Turn) -> SafeString:
+    live = turn.status != TurnStatus.TAKEN_BACK
+    status = turn.get_status_display() + (f" by {turn.taken_back_by}" if turn.taken_back_by and not live else "")
+    return format_html(
+        '<li class="cachet-turn{}"><b>turn {}</b> <span class="cachet-stored">(stored {})</span> · {} · {}</li>',
+        " live" if live else "",
+        turn.position,
+        turn.number,
+        status,
+        " ".join(turn.words.split())[:80],
+    )
+
+
+def turn_tree_html(turns: Sequence[Turn]) -> SafeString:
+    """The turns as a tree: a branch's turns one under the other, each fork a nested list of its branches,
+    the live branch marked."""
+    children: dict[int | None, list[Turn]] = {}
+    for turn in sorted(turns, key=lambda each: each.number):
+        children.setdefault(turn.parent_id, []).append(turn)
+    parts: list[SafeString] = []
+    pending: list[Turn | SafeString] = []
+
+    def fork(kids: list[Turn]) -> None:
+        """Queue ``kids`` as branches of a fork (queued last first, taken first first)."""
+        pending.append(_CLOSE)
+        for kid in reversed(kids):
+            pending.extend([_CLOSE, kid, _LIVE_BRANCH_OPEN if kid.status != TurnStatus.TAKEN_BACK else _BRANCH_OPEN])
+        pending.append(_FORK_OPEN)
+
+    roots = children.get(None, [])
+    if len(roots) == 1:
+        pending.append(roots[0])
+    elif roots:
+        fork(roots)
+    while pending:
+        item = pending.pop()
+        if not isinstance(item, Turn):
+            parts.append(item)
+            continue
+        parts.append(_turn_row(item))
+        kids = children.get(item.pk, [])
+        if len(kids) == 1:
+            pending.append(kids[0])
+        elif kids:
+            fork(kids)
+    if not parts:
+        return mark_safe("<p>No turns yet.</p>")
+    return format_html('<ul class="cachet-tree">{}</ul>', format_html_join("", "{}", ((part,) for part in parts)))
+
+
 @admin.register(ChatSession)
 class ChatSessionAdmin(ReadOnlyAdmin):
     list_display = ["id", "title", "owner", "workspace", "model_name", "mode", "updated_at"]
     list_filter = ["owner", "workspace", "mode"]
     search_fields = ["title", "owner__username"]
+    readonly_fields = ["turn_tree"]
     inlines = [GenerationInline, TurnInline]
+
+    class Media:
+        css = {"all": ["cachet/admin.css"]}
+
+    @admin.display(description="turns")
+    def turn_tree(self, session: ChatSession) -> SafeString:
+        turns = Turn.objects.filter(session=session).only(
+            "number", "parent", "position", "status", "taken_back_by", "words"
+        )
+        return turn_tree_html(list(turns))
 
 
 @admin.register(Generation)

@@ -27,6 +27,21 @@ class TurnNotFound(StoreError):
         super().__init__(f"This session has no live turn {number}.")
 
 
+class NoSuchTurn(StoreError):
+    def __init__(self, number: int) -> None:
+        super().__init__(f"This session has no turn {number}.")
+
+
+class AlreadyLive(StoreError):
+    def __init__(self) -> None:
+        super().__init__("That turn is already on the live branch.")
+
+
+class EmptyMessage(StoreError):
+    def __init__(self) -> None:
+        super().__init__("Write a message first.")
+
+
 class EmptySummary(StoreError):
     def __init__(self) -> None:
         super().__init__("The model wrote no summary, so nothing was compacted.")

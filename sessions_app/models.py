@@ -105,11 +105,28 @@ class TurnStatus(models.TextChoices):
     TAKEN_BACK = "taken_back", "taken back"
 
 
+class TakenBackBy(models.TextChoices):
+    """What took a turn back (``Turn.taken_back_by``)."""
+
+    UNDO = "undo", "undo"
+    REWIND = "rewind", "rewind"
+    REGENERATE = "regenerate", "regenerate"
+    EDIT = "edit", "edit"
+    BRANCH = "branch", "branch"
+
+
 class Turn(models.Model):
-    """The person's message, as stored with its note, and the model's whole reply to it."""
+    """The person's message, as stored with its note, and the model's whole reply to it.
+
+    Turns form a tree: ``parent`` is the turn before this one in its branch (None for a first turn), and
+    siblings share a parent. The live branch is the path of turns not taken back; ``position`` is the
+    turn's place in its branch (1 for a first turn), which the page shows as its label.
+    """
 
     session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="turns")
     number = models.PositiveIntegerField()
+    parent = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="children")
+    position = models.PositiveIntegerField(default=1)
     generation = models.ForeignKey(Generation, on_delete=models.RESTRICT, related_name="turns")
     words = models.TextField()
     message = models.TextField()
@@ -121,6 +138,10 @@ class Turn(models.Model):
     status = models.CharField(max_length=12, choices=TurnStatus.choices, default=TurnStatus.OPEN)
     error = models.TextField(blank=True)
     taken_back_by = models.CharField(max_length=12, blank=True)
+    # While taken back: the status the turn had while live, and the revision of the action that took it
+    # back (turns taken back together share it), so a flip brings a branch back as it was left.
+    live_status = models.CharField(max_length=12, choices=TurnStatus.choices, blank=True)
+    taken_back_in = models.PositiveBigIntegerField(null=True, blank=True)
     revision = models.PositiveBigIntegerField(default=0)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -230,6 +251,7 @@ class BreakCause(models.TextChoices):
     UNDO = "undo", "undo"
     REWIND = "rewind", "rewind"
     REGENERATE = "regenerate", "regenerate"
+    BRANCH = "branch", "branch"
     COMPACTION = "compaction", "compaction"
     MODEL_CHANGE = "model_change", "model change"
     UNEXPECTED = "unexpected", "unexpected"

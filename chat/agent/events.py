@@ -6,9 +6,10 @@ text as it streamed. ``manage.py ask`` prints them; the web side publishes them 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sessions_app.models import Generation, ModelRequest, Result, Step, Turn
+from sessions_app.models import Generation, ModelRequest, Result, Step, TakenBackBy, Turn
 
 
 @dataclass(frozen=True)
@@ -83,13 +84,30 @@ class TurnEnded:
 
 @dataclass(frozen=True)
 class TurnsTakenBack:
-    """Undo, rewind or regenerate took these turns back, newest first; ``conflicts`` are the files that
-    could not be restored."""
+    """Undo, rewind, regenerate or an edit took these turns back, newest first; ``conflicts`` are the files
+    that could not be restored; ``compactions`` the generations taken back with the turns."""
 
     turns: tuple[Turn, ...]
     restored: bool
     edits: int
     conflicts: tuple[str, ...] = ()
+    compactions: tuple[int, ...] = ()
+
+    @property
+    def said(self) -> bool:
+        """Whether the person asked for the turns to go (undo, rewind), not for something new in their place."""
+        return bool(self.turns) and self.turns[0].taken_back_by in (TakenBackBy.UNDO, TakenBackBy.REWIND)
+
+
+@dataclass(frozen=True)
+class BranchFlipped:
+    """A flip made another branch the live one: the turns taken back (newest first), the turns made live
+    again (first first), and the compactions (generation numbers) taken back and made live with them."""
+
+    taken_back: tuple[Turn, ...]
+    made_live: tuple[Turn, ...]
+    compactions_taken_back: tuple[int, ...] = ()
+    compactions_made_live: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,6 +126,30 @@ class Notice:
     lines: tuple[str, ...] = field(default_factory=tuple)
 
 
+def turns_named(labels: Sequence[int]) -> str:
+    """``turn 2``, ``turns 2 and 3``, ``turns 2, 3 and 4``."""
+    words = [str(label) for label in labels]
+    if len(words) == 1:
+        return f"turn {words[0]}"
+    return f"turns {', '.join(words[:-1])} and {words[-1]}"
+
+
+def taken_back_text(event: TurnsTakenBack, labels: Sequence[int]) -> str:
+    """What a person is told of turns taken back, named by ``labels`` (oldest first): "Took back turn 2; the
+    files it changed were restored." An edit or a regenerate says only what it restored, if anything."""
+    restored = event.restored and event.edits > 0
+    named = turns_named(labels)
+    they = "it" if len(labels) == 1 else "they"
+    ending = " except:" if event.conflicts else "."
+    if event.said:
+        if restored:
+            return f"Took back {named}; the files {they} changed were restored{ending}"
+        return f"Took back {named}."
+    if restored:
+        return f"The files {named} changed were restored{ending}"
+    return ""
+
+
 ReplyEvent = (
     TurnStarted
     | RequestStarted
@@ -119,6 +161,7 @@ ReplyEvent = (
     | ResultStored
     | TurnEnded
     | TurnsTakenBack
+    | BranchFlipped
     | Compacted
     | Notice
 )

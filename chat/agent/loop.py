@@ -1,6 +1,6 @@
 """The reply loop: build the request from the store, ask the model, run its tool calls, repeat.
 
-Each action (send, regenerate, undo, rewind, compact) is a generator of typed events (``chat.agent.events``)
+Each action (send, regenerate, edit, flip, undo, rewind, compact) is a generator of typed events (``chat.agent.events``)
 that holds the session's reply lock while it is iterated: ``manage.py ask`` prints the events, the web side
 publishes them to the session's tabs, and the conformance runner checks them. Everything the model says
 and every result is stored before the next thing that can fail; the text of the step being streamed is
@@ -23,6 +23,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from chat.agent.events import (
+    BranchFlipped,
     Compacted,
     Notice,
     ReasoningDelta,
@@ -71,7 +72,14 @@ from sessions_app.services.locks import reply_lock
 from sessions_app.services.requests import request_record_finish, request_record_start
 from sessions_app.services.results import prior_result, reply_table, result_insert
 from sessions_app.services.turns import step_draft_save, step_record, turn_fail, turn_finish, turn_start
-from sessions_app.services.undo import TakenBack, turn_regenerate, turn_rewind, turn_undo
+from sessions_app.services.undo import (
+    TakenBack,
+    branch_flip,
+    turn_edit,
+    turn_regenerate,
+    turn_rewind,
+    turn_undo,
+)
 from sessions_app.types import StoredCall
 
 logger = logging.getLogger(__name__)
@@ -182,8 +190,37 @@ class ReplyLoop:
         """Take back the last reply and ask again with the same stored message."""
         with self._locked():
             taken, turn = turn_regenerate(session=self.session)
+            self._refresh()
             yield self._taken_back(taken, restore=restore)
             yield from self._reply(turn, again=True)
+
+    def edit(
+        self, turn_number: int, words: str, *, restore: bool = False, date: str | None = None
+    ) -> Iterator[ReplyEvent]:
+        """Start a new branch from live turn ``turn_number`` with ``words`` in its place, then run the reply."""
+        with self._locked():
+            taken, turn = turn_edit(
+                session=self.session,
+                turn=turn_number,
+                words=words,
+                today=date or self.date or today(),
+                instructions=read_instructions(self.session),
+                config=self.config,
+            )
+            self._refresh()
+            yield self._taken_back(taken, restore=restore)
+            yield from self._reply(turn)
+
+    def flip(self, turn_number: int) -> Iterator[ReplyEvent]:
+        """Make the branch through turn ``turn_number`` the live one."""
+        with self._locked():
+            flipped = branch_flip(session=self.session, turn=turn_number)
+            yield BranchFlipped(
+                taken_back=tuple(flipped.taken_back),
+                made_live=tuple(flipped.made_live),
+                compactions_taken_back=tuple(flipped.compactions_taken_back),
+                compactions_made_live=tuple(flipped.compactions_made_live),
+            )
 
     def undo(self, *, restore: bool = False) -> Iterator[ReplyEvent]:
         """Take back the last live turn."""
@@ -205,7 +242,11 @@ class ReplyLoop:
     def _taken_back(self, taken: TakenBack, *, restore: bool) -> TurnsTakenBack:
         conflicts = restore_files(self.session, taken.edits).conflicts if restore else []
         return TurnsTakenBack(
-            turns=tuple(taken.turns), restored=restore, edits=len(taken.edits), conflicts=tuple(conflicts)
+            turns=tuple(taken.turns),
+            restored=restore,
+            edits=len(taken.edits),
+            conflicts=tuple(conflicts),
+            compactions=tuple(taken.compactions_taken_back),
         )
 
     def _compact(self) -> Iterator[ReplyEvent]:

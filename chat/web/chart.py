@@ -55,7 +55,7 @@ class Bar:
         request = self.request
         lines = [
             f"Request {self.index} · {request.kind}"
-            + (f" · turn {request.turn.number}" if request.turn is not None else "")
+            + (f" · turn {request.turn.position} (stored {request.turn.number})" if request.turn is not None else "")
             + (f" step {request.step_number}" if request.step_number else ""),
             f"prompt tokens: {_figure(request.prompt_tokens)}",
             "cached tokens: "

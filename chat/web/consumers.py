@@ -1,6 +1,6 @@
 """The websocket of a chat page: ``/ws/sessions/<id>/``. It checks who is asking, answers a tab's hello
-with what it lacks, hands actions to a job and relays what the session's group is sent; the reply itself
-never depends on this connection."""
+with what it lacks, hands actions (send, stop, undo, rewind, regenerate, edit, flip, compact) to a job and
+relays what the session's group is sent; the reply itself never depends on this connection."""
 
 from __future__ import annotations
 
@@ -142,6 +142,14 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.start(jobs.Rewind(turn=number, restore=restore))
         elif kind == "regenerate":
             await self.start(jobs.Regenerate(restore=restore))
+        elif kind == "edit":
+            await self.edit(_number(content.get("turn")), content.get("text"), restore=restore)
+        elif kind == "flip":
+            number = _number(content.get("turn"))
+            if number is None:
+                await self.notice("Switching branches needs the number of a turn.")
+                return
+            await self.start(jobs.Flip(turn=number))
         elif kind == "compact":
             await self.start(jobs.Compact())
         elif kind == "mode":
@@ -168,6 +176,15 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         if not await self.start(jobs.Send(words=text.strip())):
             await self.show(fragments.composer_put(text))
+
+    async def edit(self, number: int | None, text: object, *, restore: bool) -> None:
+        if number is None:
+            await self.notice("Editing needs the number of a turn.")
+            return
+        if not isinstance(text, str) or not text.strip():
+            await self.notice("Write a message first.", level="info")
+            return
+        await self.start(jobs.Edit(turn=number, words=text.strip(), restore=restore))
 
     async def start(self, action: jobs.Action) -> bool:
         if await database_sync_to_async(_running)(self.session_id):

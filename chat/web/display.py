@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from django.db.models import QuerySet, Value
+from django.db.models import Q, QuerySet, Value
 from django.db.models.functions import Length, Replace, Right, Substr
 
 from sessions_app import prompts
@@ -221,10 +221,30 @@ class TurnView:
     running: bool = False
     is_last: bool = False
     draft: StepDraft | None = None
+    siblings: tuple[int, ...] = ()  # the stored numbers of the turns that share its parent, itself among them
 
     @property
     def order(self) -> int:
         return self.turn.number * 2
+
+    @property
+    def label(self) -> int:
+        """The turn's place in the live branch, which the page names it by (its stored number stays its id)."""
+        return self.turn.position
+
+    @property
+    def sibling_at(self) -> int:
+        return self.siblings.index(self.turn.number) + 1 if self.turn.number in self.siblings else 1
+
+    @property
+    def previous_sibling(self) -> int | None:
+        at = self.sibling_at
+        return self.siblings[at - 2] if at > 1 else None
+
+    @property
+    def next_sibling(self) -> int | None:
+        at = self.sibling_at
+        return self.siblings[at] if at < len(self.siblings) else None
 
     @property
     def words(self) -> str:
@@ -353,6 +373,7 @@ def turn_views(turns: Sequence[Turn], *, running: bool, last_number: int | None)
         assert result.step_id is not None
         results.setdefault(result.step_id, []).append(result)
     drafts = {draft.turn_id: draft for draft in StepDraft.objects.filter(turn_id__in=ids).order_by("number")}
+    siblings = _siblings(turns)
     return [
         TurnView(
             turn=turn,
@@ -360,9 +381,25 @@ def turn_views(turns: Sequence[Turn], *, running: bool, last_number: int | None)
             running=running,
             is_last=turn.number == last_number,
             draft=drafts.get(turn.pk),
+            siblings=siblings.get(turn.parent_id, (turn.number,)),
         )
         for turn in turns
     ]
+
+
+def _siblings(turns: Sequence[Turn]) -> dict[int | None, tuple[int, ...]]:
+    """The numbers of the turns under each parent of ``turns`` (None: first turns), in one query."""
+    if not turns:
+        return {}
+    parents = {turn.parent_id for turn in turns}
+    under = Q(parent_id__in=[parent for parent in parents if parent is not None])
+    if None in parents:
+        under |= Q(parent__isnull=True)
+    found: dict[int | None, list[int]] = {}
+    rows = Turn.objects.filter(under, session_id=turns[0].session_id).order_by("number")
+    for parent, number in rows.values_list("parent_id", "number"):
+        found.setdefault(parent, []).append(number)
+    return {parent: tuple(numbers) for parent, numbers in found.items()}
 
 
 def live_turns(session_id: int) -> QuerySet[Turn]:

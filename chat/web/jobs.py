@@ -1,4 +1,4 @@
-"""Runs a session's actions (send, regenerate, undo, rewind, compact) in a thread of the web process and
+"""Runs a session's actions (send, regenerate, edit, flip, undo, rewind, compact) in a thread of the web process and
 publishes their events to every tab.
 
 A job belongs to no websocket: the reply goes on when the tab that asked for it closes. While it runs,
@@ -60,6 +60,26 @@ class Regenerate(Action):
 
     def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
         return loop.regenerate(restore=self.restore)
+
+
+@dataclass(frozen=True)
+class Edit(Action):
+    turn: int
+    words: str
+    restore: bool = False
+    label: ClassVar[str] = "Replying…"
+
+    def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
+        return loop.edit(self.turn, self.words, restore=self.restore)
+
+
+@dataclass(frozen=True)
+class Flip(Action):
+    turn: int
+    label: ClassVar[str] = "Switching branch…"
+
+    def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
+        return loop.flip(self.turn)
 
 
 @dataclass(frozen=True)

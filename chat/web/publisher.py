@@ -20,6 +20,7 @@ from typing import Any
 from channels.layers import BaseChannelLayer
 
 from chat.agent.events import (
+    BranchFlipped,
     Compacted,
     Notice,
     ReasoningDelta,
@@ -33,11 +34,12 @@ from chat.agent.events import (
     TurnEnded,
     TurnsTakenBack,
     TurnStarted,
+    taken_back_text,
 )
 from chat.web import chart, fragments
-from chat.web.display import CompactionView, row_for_result, single_turn, step_view
+from chat.web.display import CompactionView, row_for_result, single_turn, step_view, transcript_page
 from chat.web.messages import Op, live_messages, pack, utf16_length
-from sessions_app.models import BreakCause, ChatSession, ModelRequest, RequestKind, RequestStatus
+from sessions_app.models import ChatSession, ModelRequest, RequestKind, RequestStatus
 
 logger = logging.getLogger(__name__)
 
@@ -293,17 +295,23 @@ class Publisher:
         if not turns:
             return
         ops: list[Op] = [fragments.turn_remove(turn.number) for turn in turns]
+        ops.extend(fragments.compaction_remove(number) for number in event.compactions)
         self.group(ops, rev=max(turn.revision for turn in turns))
-        numbers = ", ".join(str(turn.number) for turn in reversed(turns))
-        if turns[0].taken_back_by != BreakCause.REGENERATE:
+        if event.said:
             self.direct([fragments.composer_put(turns[-1].words)])
-            text = f"Took back turn{'s' if len(turns) > 1 else ''} {numbers}."
-        else:
-            text = ""
-        if event.restored and event.edits:
-            text += " The files they changed were restored" + (" except:" if event.conflicts else ".")
-        if text.strip():
-            self.notice(text.strip(), level="warning" if event.conflicts else "info", lines=event.conflicts)
+        text = taken_back_text(event, [turn.position for turn in reversed(turns)])
+        if text:
+            self.notice(text, level="warning" if event.conflicts else "info", lines=event.conflicts)
+
+    def _branch_flipped(self, event: BranchFlipped) -> None:
+        """The page shows the live branch again: its last turns, as a page loads them, with its compactions."""
+        if not event.made_live:
+            return
+        page = transcript_page(self.session, running=False)
+        self.group(
+            [fragments.transcript_put(page, session_id=self.session.pk)],
+            rev=max(turn.revision for turn in event.made_live),
+        )
 
     def _compacted(self, event: Compacted) -> None:
         generation = event.generation
@@ -325,6 +333,7 @@ _HANDLERS: dict[type[Any], Callable[[Publisher, Any], None]] = {
     ResultStored: Publisher._result_stored,
     TurnEnded: Publisher._turn_ended,
     TurnsTakenBack: Publisher._taken_back,
+    BranchFlipped: Publisher._branch_flipped,
     Compacted: Publisher._compacted,
     Notice: Publisher._notice,
 }

@@ -57,10 +57,11 @@ def _turn_changes(session: ChatSession, state: PageState, *, running: bool) -> l
         Turn.objects.filter(session=session, revision__gt=state.revision).only("number", "status").order_by("number")
     )
     ops: list[Op] = [fragments.turn_remove(turn.number) for turn in changed if turn.status == TurnStatus.TAKEN_BACK]
-    shown = [
-        turn.number for turn in changed if turn.status != TurnStatus.TAKEN_BACK and turn.number >= state.first_turn
-    ]
-    if len(shown) > PAGE_TURNS:
+    live = [turn.number for turn in changed if turn.status != TurnStatus.TAKEN_BACK]
+    shown = [number for number in live if number >= state.first_turn]
+    if len(shown) > PAGE_TURNS or len(shown) < len(live):
+        # Turns made live again above the oldest one the tab shows (a flip to another branch): the tab's
+        # transcript no longer continues what it shows, so it gets the live branch's last turns again.
         return [fragments.transcript_put(transcript_page(session, running=running), session_id=session.pk)]
     if shown:
         turns = list(Turn.objects.filter(session=session, number__in=shown).order_by("number"))

@@ -10,7 +10,7 @@ from sessions_app.errors import ReplyInProgress
 from sessions_app.hygiene import StatedContext, compose_message
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import ChatSession, Generation, Step, StepDraft, Turn, TurnStatus
-from sessions_app.selectors.sessions import history_turns
+from sessions_app.selectors.sessions import history_turns, last_live_turn
 from sessions_app.selectors.turns import turn_draft_text, turn_reply_text
 from sessions_app.services.revisions import revision_next
 from sessions_app.text import storable, storable_or_none
@@ -42,6 +42,12 @@ def _next_turn_number(session: ChatSession) -> int:
     return number
 
 
+def _branch_end(session: ChatSession) -> tuple[Turn | None, int]:
+    """The last turn of the live branch, which a new turn follows, and the new turn's position."""
+    last = last_live_turn(session)
+    return last, (last.position + 1 if last is not None else 1)
+
+
 @transaction.atomic
 def turn_start(
     *,
@@ -51,7 +57,8 @@ def turn_start(
     instructions: str | None,
     config: ContextConfig | None = None,
 ) -> Turn:
-    """Store the person's message, with the note it needs, as a new open turn. One open turn per session."""
+    """Store the person's message, with the note it needs, as a new open turn at the end of the live branch.
+    One open turn per session."""
     session = _locked(session)
     words = storable(words)
     instructions = storable_or_none(instructions)
@@ -70,9 +77,12 @@ def turn_start(
         session.title = " ".join(words.split())[:80]
     number = _next_turn_number(session)
     session.save(update_fields=["next_turn_number", "title", "updated_at"])
+    parent, position = _branch_end(session)
     return Turn.objects.create(
         session=session,
         number=number,
+        parent=parent,
+        position=position,
         generation=generation,
         words=words,
         message=storable(composed.text),
@@ -86,13 +96,17 @@ def turn_start(
 
 @transaction.atomic
 def turn_restart(*, session: ChatSession, like: Turn) -> Turn:
-    """A new open turn carrying ``like``'s stored message as it is (regenerate asks again with it)."""
+    """A new open turn at the end of the live branch carrying ``like``'s stored message as it is (regenerate
+    takes ``like`` back and asks again with it: the new turn is its sibling)."""
     session = _locked(session)
     number = _next_turn_number(session)
     session.save(update_fields=["next_turn_number", "updated_at"])
+    parent, position = _branch_end(session)
     return Turn.objects.create(
         session=session,
         number=number,
+        parent=parent,
+        position=position,
         generation_id=Generation.objects.get(session=session, number=session.generation_number).pk,
         words=like.words,
         message=like.message,

@@ -6,8 +6,8 @@
 // turn, its last chart bar) and gets back only what it lacks.
 //
 // Enter sends and Shift+Enter makes a new line; the box empties once a message is sent and takes the focus
-// back when undo returns its words; the transcript follows new text while you are at its end; the
-// connection state shows in the header.
+// back when undo returns its words; Edit turns a message into a box in place; the transcript follows new
+// text while you are at its end; the connection state shows in the header.
 (function () {
   "use strict";
 
@@ -171,6 +171,69 @@
       var text = box();
       if (text) text.value = "";
     }
+  });
+
+  // Edit in place: the person message becomes a box with Save and Cancel; Save sends {"type": "edit"}. The
+  // form stays until the server takes the turn back (its article goes), so a refused edit loses nothing.
+  function restoreFiles() {
+    var box = document.getElementById("restore-files");
+    return box && box.checked ? "1" : "";
+  }
+
+  function closeEdit(article) {
+    var form = article.querySelector("form.edit-form");
+    if (form) form.remove();
+    var words = article.querySelector(".msg.user .words");
+    if (words) words.hidden = false;
+  }
+
+  function startEdit(article) {
+    if (article.querySelector("form.edit-form")) return;
+    var words = article.querySelector(".msg.user .words");
+    var source = article.querySelector("template.edit-words");
+    if (!words) return;
+    var form = document.createElement("form");
+    form.className = "edit-form";
+    var text = document.createElement("textarea");
+    text.className = "edit-text";
+    text.setAttribute("aria-label", "Your message");
+    text.value = source ? source.content.textContent : words.textContent;
+    text.rows = Math.min(12, Math.max(3, text.value.split("\n").length + 1));
+    var buttons = document.createElement("div");
+    buttons.className = "edit-buttons";
+    var save = document.createElement("button");
+    save.type = "submit";
+    save.className = "primary edit-save";
+    save.textContent = "Save";
+    var cancel = document.createElement("button");
+    cancel.type = "button";
+    cancel.className = "edit-cancel";
+    cancel.textContent = "Cancel";
+    buttons.append(save, cancel);
+    form.append(text, buttons);
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      if (text.value.trim() === "") return;
+      send({ type: "edit", turn: parseInt(article.dataset.turn, 10), text: text.value, restore: restoreFiles() });
+    });
+    cancel.addEventListener("click", function () { closeEdit(article); });
+    text.addEventListener("keydown", function (event) {
+      if (event.key === "Escape") { event.preventDefault(); closeEdit(article); }
+      else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        form.requestSubmit();
+      }
+    });
+    words.hidden = true;
+    words.after(form);
+    text.focus();
+    text.setSelectionRange(text.value.length, text.value.length);
+  }
+
+  document.addEventListener("click", function (event) {
+    var button = event.target && event.target.closest ? event.target.closest("button.edit") : null;
+    var article = button ? button.closest("article.turn") : null;
+    if (article) startEdit(article);
   });
 
   var transcriptEnd = true;

@@ -119,3 +119,18 @@ def test_failed_reply_exits_non_zero_and_keeps_the_message(user: Any, workspace_
     assert "127.0.0.1:9" in err.getvalue()
     assert LAST_LINE.match(out.getvalue().rstrip("\n").split("\n")[-1])
     assert Turn.objects.get(words="hello?").status == TurnStatus.FAILED
+
+
+def test_undo_says_what_it_took_back_and_restored(user: Any, workspace_dir: Path, scripted: ScriptedServer) -> None:
+    base = ("--user", user.username, "--endpoint", scripted.base_url, "--model", "scripted")
+    scripted.push(Step(text="Hello."))
+    _, first = ask(*base, "--workspace", str(workspace_dir), "hi")
+    in_session = ("--user", user.username, "--session", str(first["session"]))
+    scripted.push(Step(tool_calls=[("write", {"path": "new.txt", "content": "x\n"})]), Step(text="Written."))
+    ask(*in_session, "write new.txt")
+    assert (workspace_dir / "new.txt").exists()
+    output, _ = ask(*in_session, "--undo", "--restore-files")
+    assert "Took back turn 2; the files it changed were restored." in output
+    assert not (workspace_dir / "new.txt").exists()
+    output, _ = ask(*in_session, "--rewind", "1")
+    assert "Took back turn 1." in output

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from chat.agent.events import TextDelta, TurnEnded
+from chat.agent.events import BranchFlipped, TextDelta, TurnEnded
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Timeouts
 from chat.testing.scripted_server import ScriptedServer, Step
@@ -163,6 +163,102 @@ def test_undo_rewind_and_regenerate_explain_their_breaks(
     live = Turn.objects.filter(session=scripted_session).exclude(status=TurnStatus.TAKEN_BACK)
     assert [t.number for t in live.order_by("number")] == [1, 6]
     assert [m["role"] for m in _messages(scripted.requests[-1])] == ["system", "user", "assistant", "user"]
+
+
+def _texts(body: bytes) -> list[tuple[str, str]]:
+    return [(m["role"], m["content"]) for m in _messages(body)[1:]]
+
+
+def _last_cause(session: ChatSession) -> str:
+    return str(ModelRequest.objects.filter(session=session).order_by("-id")[0].break_cause)
+
+
+def test_edit_branches_and_a_flip_builds_the_next_request_from_the_flipped_branch(
+    scripted: ScriptedServer, scripted_session: ChatSession
+) -> None:
+    scripted.push(*(Step(text=f"reply {n}") for n in range(1, 4)))
+    loop = _loop(scripted_session, date="2026-11-30")
+    for words in ("one", "two", "three"):
+        run(loop.send(words))
+    scripted.push(Step(text="reply uno"))
+    edited = run(loop.edit(1, "uno"))
+    assert [t.number for t in edited.taken_back.turns] == [3, 2, 1]
+    assert (edited.turn.number, edited.turn.position, edited.turn.reply_text) == (4, 1, "reply uno")
+    assert [role for role, _ in _texts(scripted.requests[-1])] == ["user"]
+    assert _messages(scripted.requests[-1])[1]["content"].startswith("uno")
+    assert _last_cause(scripted_session) == BreakCause.BRANCH
+    flipped = [event for event in run(loop.flip(1)).events if isinstance(event, BranchFlipped)]
+    assert [t.number for t in flipped[0].made_live] == [1, 2, 3]
+    assert [t.number for t in flipped[0].taken_back] == [4]
+    scripted.push(Step(text="reply 4"))
+    run(loop.send("four"))
+    texts = _texts(scripted.requests[-1])
+    assert [text for role, text in texts if role == "assistant"] == ["reply 1", "reply 2", "reply 3"]
+    assert texts[-1][1].startswith("four")
+    assert _last_cause(scripted_session) == BreakCause.BRANCH
+
+
+def test_regenerate_keeps_the_first_reply_and_a_flip_brings_it_back(
+    scripted: ScriptedServer, scripted_session: ChatSession
+) -> None:
+    scripted.push(Step(text="first answer"), Step(text="second answer"))
+    loop = _loop(scripted_session)
+    first = run(loop.send("question")).turn
+    again = run(loop.regenerate()).turn
+    assert (again.parent_id, again.position) == (first.parent_id, first.position) == (None, 1)
+    run(loop.flip(first.number))
+    scripted.push(Step(text="ok"))
+    run(loop.send("go on"))
+    assert [text for role, text in _texts(scripted.requests[-1]) if role == "assistant"] == ["first answer"]
+    assert _last_cause(scripted_session) == "", "it goes on from the message the regenerate sent, so nothing breaks"
+
+
+def test_a_flip_back_to_a_compacted_branch_starts_from_its_summary(
+    scripted: ScriptedServer, scripted_session: ChatSession
+) -> None:
+    scripted.push(Step(text="reply 1"), Step(text="reply 2"), Step(text="Summary of one and two."))
+    loop = _loop(scripted_session)
+    run(loop.send("one"))
+    run(loop.send("two"))
+    run(loop.compact())
+    scripted.push(Step(text="reply deux"))
+    run(loop.edit(2, "deux"))
+    texts = _texts(scripted.requests[-1])
+    assert texts[0][1].startswith("one") and texts[1:] == [("assistant", "reply 1"), ("user", "deux")]
+    assert "Summary of one and two." not in _messages(scripted.requests[-1])[0]["content"]
+    run(loop.flip(2))
+    scripted.push(Step(text="reply 3"))
+    run(loop.send("three"))
+    after = _messages(scripted.requests[-1])
+    assert "Summary of one and two." in after[0]["content"]
+    assert [m["role"] for m in after] == ["system", "user"]
+    assert _last_cause(scripted_session) == BreakCause.BRANCH
+
+
+def test_an_edit_can_restore_the_files_the_replaced_turns_changed(
+    scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path
+) -> None:
+    scripted.push(Step(tool_calls=[("write", {"path": "new.txt", "content": "x\n"})]), Step(text="Written."))
+    loop = _loop(scripted_session)
+    run(loop.send("write new.txt"))
+    scripted.push(Step(text="Not writing."))
+    edited = run(loop.edit(1, "do not write anything", restore=True))
+    assert edited.taken_back.restored and edited.taken_back.edits == 1
+    assert not (workspace_dir / "new.txt").exists()
+    assert edited.turn.reply_text == "Not writing."
+
+
+def test_regenerating_a_compacted_turn_asks_without_the_summary(
+    scripted: ScriptedServer, scripted_session: ChatSession
+) -> None:
+    scripted.push(Step(text="reply 1"), Step(text="Summary of one."), Step(text="reply 1 again"))
+    loop = _loop(scripted_session)
+    run(loop.send("one"))
+    run(loop.compact())
+    run(loop.regenerate())
+    again = _messages(scripted.requests[-1])
+    assert "Summary of one." not in again[0]["content"]
+    assert [m["role"] for m in again] == ["system", "user"] and again[1]["content"].startswith("one")
 
 
 def test_undo_restores_files_unless_they_changed(

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,33 @@ def test_a_person_with_sessions_is_deactivated_not_deleted(
     response = staff.post(reverse("admin:auth_user_delete", args=[other_user.pk]), {"post": "yes"})
     assert response.status_code == 302
     assert not type(other_user).objects.filter(pk=other_user.pk).exists()
+
+
+def test_a_sessions_page_shows_its_turns_as_a_tree_with_the_live_branch(
+    staff: Client, chat_session: ChatSession
+) -> None:
+    from sessions_app.services.turns import turn_finish
+    from sessions_app.services.undo import turn_edit, turn_regenerate
+
+    for words in ("one", "two", "three"):
+        turn_finish(turn=turn_start(session=chat_session, words=words, today="2026-11-30", instructions=None))
+    turn_finish(turn=turn_edit(session=chat_session, turn=2, words="deux", today="2026-11-30", instructions=None)[1])
+    turn_finish(turn=turn_regenerate(session=chat_session)[1])
+    html = staff.get(reverse("admin:sessions_app_chatsession_change", args=[chat_session.pk])).content.decode()
+    tree = html[html.index('<ul class="cachet-tree">') :]
+    tree = tree[: tree.index("</ul></li></ul>") + len("</ul></li></ul>")]
+    rows = re.findall(r'<li class="cachet-(turn(?: live)?|fork|branch(?: live)?)">', tree)
+    assert rows == [
+        "turn live",  # 1
+        "fork",
+        "branch",
+        "turn",  # 2
+        "turn",  # 3
+        "branch",
+        "turn",  # 4, taken back by the regenerate
+        "branch live",
+        "turn live",  # 5
+    ]
+    assert '<b>turn 2</b> <span class="cachet-stored">(stored 5)</span> · done · deux' in tree
+    assert "(stored 4)</span> · taken back by regenerate · deux" in tree
+    assert "(stored 2)</span> · taken back by edit · two" in tree

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -301,6 +302,100 @@ async def test_undo_gives_the_words_back_and_rewind_checks_its_turn(
     await until(communicator, got, lambda m: "Took back turn 1." in json.dumps(m))
     assert ">First</textarea>" in got.puts["composer-text"]
     await until(communicator, got, idle)
+    await communicator.disconnect()
+
+
+def _label(html: str) -> str:
+    found = re.search(r'<span class="turn-no" title="Stored as turn (\d+)">turn (\d+)</span>', html)
+    assert found, html[:300]
+    return f"{found.group(2)} (stored {found.group(1)})"
+
+
+def _says(text: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda message: text in json.dumps(message)
+
+
+def _siblings(html: str) -> str:
+    found = re.search(r'<span class="sibling-at">([^<]*)</span>', html)
+    return found.group(1) if found else ""
+
+
+async def test_edit_branches_and_flip_shows_the_other_branch(
+    live_session: ChatSession, ada_cookie: str, model: ScriptedServer
+) -> None:
+    model.push(Step(text="One."), Step(text="Two."), Step(text="Un."))
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    for words in ("First", "Second"):
+        await communicator.send_json_to({"type": "send", "text": words})
+        await until(communicator, got, idle)
+    before_edit = got.rev
+    await communicator.send_json_to({"type": "edit", "turn": 1, "text": "Premier"})
+    await until(communicator, got, idle)
+    assert got.removed == ["turn-2", "turn-1"]
+    new = got.puts["turn-3"]
+    assert ">Premier</" in new and 'data-status="done"' in new and "Un." in new
+    assert _label(new) == "1 (stored 3)" and _siblings(new) == "2 / 2"
+    assert '"type": "flip", "turn": 1' in new
+    assert "Took back" not in got.html(), "an edit says nothing of what it replaced"
+    await communicator.send_json_to({"type": "flip", "turn": 1})
+    await until(communicator, got, idle)
+    transcript = got.puts["transcript"]
+    assert 'id="turn-1"' in transcript and 'id="turn-2"' in transcript and 'id="turn-3"' not in transcript
+    assert "One." in transcript and "Two." in transcript
+    assert '<span class="sibling-at">1 / 2</span>' in transcript and '"type": "flip", "turn": 3' in transcript
+    await communicator.disconnect()
+    # a tab that last saw the branch before the edit, showing turns from 1 on, is brought to the live branch
+    late, caught = await connected(live_session.pk, ada_cookie, rev=before_edit, first=1)
+    assert "turn-3" in caught.removed and "turn-1" in caught.puts and "turn-2" in caught.puts
+    await late.disconnect()
+    # a tab that showed the other branch from turn 3 on gets the live branch's transcript whole
+    other, again = await connected(live_session.pk, ada_cookie, rev=before_edit, first=3)
+    assert 'id="turn-1"' in again.puts["transcript"] and 'id="turn-3"' not in again.puts["transcript"]
+    await other.disconnect()
+
+
+async def test_labels_are_positions_in_the_live_branch_after_undo_and_regenerate(
+    live_session: ChatSession, ada_cookie: str, model: ScriptedServer
+) -> None:
+    model.push(Step(text="One."), Step(text="Two."), Step(text="Three."), Step(text="Two again."))
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    for words in ("First", "Second", "Third"):
+        await communicator.send_json_to({"type": "send", "text": words})
+        await until(communicator, got, idle)
+    await communicator.send_json_to({"type": "undo"})
+    await until(communicator, got, lambda m: "Took back turn 3." in json.dumps(m))
+    await until(communicator, got, idle)
+    await communicator.send_json_to({"type": "regenerate"})
+    await until(communicator, got, idle)
+    assert _label(got.puts["turn-4"]) == "2 (stored 4)" and _siblings(got.puts["turn-4"]) == "2 / 2"
+    await communicator.disconnect()
+
+
+async def test_edit_and_flip_refuse_what_they_cannot_do(
+    live_session: ChatSession, ada_cookie: str, model: ScriptedServer
+) -> None:
+    model.push(Step(text="One."))
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    await communicator.send_json_to({"type": "send", "text": "First"})
+    await until(communicator, got, idle)
+    refusals = [
+        ({"type": "edit", "turn": 1, "text": "  "}, "Write a message first."),
+        ({"type": "edit", "text": "x"}, "Editing needs the number of a turn."),
+        ({"type": "flip", "turn": "x"}, "Switching branches needs the number of a turn."),
+    ]
+    for message, text in refusals:
+        await communicator.send_json_to(message)
+        await until(communicator, got, _says(text))
+    for message, text in [
+        ({"type": "edit", "turn": 9, "text": "x"}, "This session has no live turn 9."),
+        ({"type": "flip", "turn": 1}, "That turn is already on the live branch."),
+        ({"type": "flip", "turn": 9}, "This session has no turn 9."),
+    ]:
+        await communicator.send_json_to(message)
+        await until(communicator, got, _says(text))
+        await until(communicator, got, idle)
+    turns = await database_sync_to_async(lambda: list(Turn.objects.values_list("number", "status")))()
+    assert turns == [(1, TurnStatus.DONE)], "nothing refused changed the store"
     await communicator.disconnect()
 
 

@@ -19,13 +19,13 @@ from chat.agent.events import (
     ToolCalled,
     TurnEnded,
     TurnsTakenBack,
+    taken_back_text,
 )
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import ModelError, list_models
 from chat.tools import tool_list
 from sessions_app.errors import StoreError
 from sessions_app.models import (
-    BreakCause,
     ChatSession,
     Mode,
     ModelEndpoint,
@@ -181,8 +181,9 @@ class Command(BaseCommand):
                 first = result.inserted_text.splitlines()[0] if result.inserted_text else ""
                 out.write(f"\n  {first}")
             case TurnsTakenBack(turns=turns, conflicts=conflicts) if turns:
-                if turns[0].taken_back_by != BreakCause.REGENERATE:
-                    out.write(f"Took back turn {', '.join(str(t.number) for t in reversed(turns))}.")
+                text = taken_back_text(event, [turn.number for turn in reversed(turns)])
+                if text:
+                    out.write(text)
                 for conflict in conflicts:
                     out.write(f"Not restored: {conflict}")
             case Compacted():
