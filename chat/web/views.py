@@ -18,8 +18,8 @@ from chat.web.forms import ModelChangeForm, NewSessionForm, RenameForm
 from chat.web.sync import chart_requests
 from sessions_app import prompts
 from sessions_app.hygiene import count_lines, line_window
-from sessions_app.models import ChatSession, Mode, ModelEndpoint, ModelRequest, RequestStatus, Turn
-from sessions_app.selectors.sessions import result_get, session_get, session_list
+from sessions_app.models import ChatSession, Mode, ModelRequest, RequestStatus, Turn
+from sessions_app.selectors.sessions import endpoint_list, result_get, session_get, session_list
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_delete, session_rename, session_start
 
@@ -44,7 +44,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 def _endpoints() -> list[EndpointModels]:
-    return endpoints_models(list(ModelEndpoint.objects.order_by("name")))
+    return endpoints_models(endpoint_list())
 
 
 @login_required

@@ -36,6 +36,13 @@ def endpoint_default() -> ModelEndpoint | None:
     return endpoints.filter(name=DEFAULT_ENDPOINT_NAME).first() or endpoints.order_by("id").first()
 
 
+def endpoint_list() -> list[ModelEndpoint]:
+    """Every endpoint, the default one first, then by name."""
+    default = endpoint_default()
+    others = ModelEndpoint.objects.order_by("name")
+    return [default, *others.exclude(pk=default.pk)] if default is not None else list(others)
+
+
 def compactions(session: ChatSession) -> QuerySet[Generation]:
     """The session's live compactions. A change of model starts a generation that keeps the summary and the
     turns covered of the one before it; that one is no compaction of its own."""

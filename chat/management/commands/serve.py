@@ -11,7 +11,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
 from chat.agent.endpoints import EndpointModels, endpoints_models
-from sessions_app.models import DEFAULT_ENDPOINT_NAME, ModelEndpoint
+from sessions_app.models import DEFAULT_ENDPOINT_NAME
+from sessions_app.selectors.sessions import endpoint_list
 from sessions_app.services.locks import orphans_interrupt
 from sessions_app.services.setup import admin_seed, endpoint_seed, workspaces_seed
 
@@ -62,8 +63,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Model endpoint {endpoint.name}: {endpoint.base_url} {endpoint.model or '(from /v1/models)'}"
         )
-        endpoints = [endpoint, *ModelEndpoint.objects.exclude(pk=endpoint.pk).order_by("name")]
-        for found in endpoints_models(endpoints, timeout=STARTUP_LIST_TIMEOUT, kept=0):
+        for found in endpoints_models(endpoint_list(), timeout=STARTUP_LIST_TIMEOUT, kept=0):
             line = endpoint_line(found)
             self.stdout.write(line if found.listing.listed else self.style.WARNING(line))
         if password is not None:
