@@ -4,10 +4,10 @@ while, for the start-up lines, the new-session form and a session's model menu."
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from time import monotonic
 
 from chat.agent.model_client import ModelError, ModelHTTPError, ModelProtocolError, failure_reason, list_models
 from sessions_app.models import ModelEndpoint
@@ -80,7 +80,7 @@ def endpoints_models(
     """Each endpoint with what its server lists, in the order given: the servers not asked in the last ``kept``
     seconds (5 after a failure) are asked all at once, so the whole takes at most about ``timeout``."""
     keys = [(endpoint.base_url.rstrip("/"), endpoint.api_key) for endpoint in endpoints]
-    now = time.monotonic()
+    now = monotonic()
     with _kept_lock:
         found = {key: _kept[key][1] for key in set(keys) if _fresh(_kept.get(key), now, kept)}
     missing = [key for key in dict.fromkeys(keys) if key not in found]
@@ -89,7 +89,7 @@ def endpoints_models(
             listings = list(pool.map(lambda key: listing_of(base_url=key[0], api_key=key[1], timeout=timeout), missing))
         with _kept_lock:
             for key, listing in zip(missing, listings, strict=True):
-                _kept[key] = (time.monotonic(), listing)
+                _kept[key] = (monotonic(), listing)
                 found[key] = listing
     return [EndpointModels(endpoint, found[key]) for endpoint, key in zip(endpoints, keys, strict=True)]
 

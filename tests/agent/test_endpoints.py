@@ -36,6 +36,7 @@ def together() -> Iterator[tuple[str, str]]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            body: dict[str, Any]
             try:
                 barrier.wait()
                 status, body = 200, {"data": [{"id": self.path.split("/")[1]}]}
@@ -101,7 +102,7 @@ def test_a_listing_is_kept_a_while_and_a_failure_only_briefly(monkeypatch: pytes
     first = endpoints_models([endpoint("later", url)])[0]
     assert not first.listing.answered
     clock = [time.monotonic()]
-    monkeypatch.setattr(endpoints.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr("chat.agent.endpoints.monotonic", lambda: clock[0])
     with ScriptedServer(model="late", port=port) as model:
         assert model.port == port
         assert endpoints_models([endpoint("later", url)])[0].listing == first.listing, "a failure is kept 5 s"

@@ -415,6 +415,10 @@ async def test_changing_the_model_shows_in_every_tab_and_the_next_request_is_a_m
     await communicator.disconnect()
 
 
+def says(text: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda message: text in json.dumps(message)
+
+
 async def test_the_model_is_not_changed_while_a_reply_runs_nor_by_a_wrong_message(
     live_session: ChatSession, ada_cookie: str, bob_cookie: str, model: ScriptedServer
 ) -> None:
@@ -434,7 +438,7 @@ async def test_the_model_is_not_changed_while_a_reply_runs_nor_by_a_wrong_messag
         ({"type": "model", "endpoint": f"{live_session.endpoint_id}:scripted"}, "The model is already scripted."),
     ):
         await communicator.send_json_to(message)
-        await until(communicator, got, lambda m, answer=answer: answer in json.dumps(m))
+        await until(communicator, got, says(answer))
     intruder = socket(live_session.pk, bob_cookie)
     ok, _ = await intruder.connect()
     assert ok and await intruder.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
