@@ -166,3 +166,13 @@ def _rg_children() -> dict[int, str]:
 def rg_children() -> Any:
     """A function listing the ``rg`` processes this test process started (pid → state letter)."""
     return _rg_children
+
+
+@pytest.fixture(autouse=True)
+def _endpoint_listings_forgotten() -> Iterator[None]:
+    """Each test asks the model servers afresh: a loopback port may serve another scripted model next time."""
+    from chat.agent.endpoints import endpoints_forget
+
+    endpoints_forget()
+    yield
+    endpoints_forget()

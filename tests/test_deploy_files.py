@@ -26,7 +26,7 @@ def _dockerfile() -> list[tuple[str, str]]:
 
 def _settings_env_names() -> set[str]:
     """Every environment variable the settings and ``manage.py serve`` read."""
-    sources = [ROOT / "cachet" / "settings.py", ROOT / "sessions_app" / "management" / "commands" / "serve.py"]
+    sources = [ROOT / "cachet" / "settings.py", ROOT / "chat" / "management" / "commands" / "serve.py"]
     found: set[str] = set()
     for source in sources:
         text = source.read_text()

@@ -817,6 +817,19 @@ def list_models(*, base_url: str, api_key: str | None, timeout: float = 5.0) -> 
     raise ModelProtocolError(f"The model server at {url} answered JSON without a model list: {excerpt}", url=url)
 
 
+def failure_reason(error: ModelError) -> str:
+    """A few words on why a request to the server failed, for a line that already names the server."""
+    if isinstance(error, ModelTimeout):
+        return f"no answer within {error.seconds:g} s"
+    if isinstance(error, ModelHTTPError):
+        return _one_line(f"HTTP {error.status}: {error.excerpt}", 120)
+    if isinstance(error, ModelProtocolError):
+        return "its answer is not a model list"
+    if isinstance(error.__cause__, Exception):
+        return _describe(error.__cause__)
+    return str(error)
+
+
 def stream_chat(
     *,
     base_url: str,

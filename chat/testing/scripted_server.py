@@ -2,7 +2,7 @@
 
 Each `POST /v1/chat/completions` takes the next `Step` of the script and answers it, streamed
 the way llama-server streams (or as one JSON object when the request has `"stream": false`).
-`GET /v1/models` lists the one model. When the script is used up the server answers the
+`GET /v1/models` lists the one model (or the ones given as `listed`). When the script is used up the server answers the
 `when_empty` step, by default the plain text `(script empty)`, so a loop that asks once more
 than a test scripted still ends; tests that want to be strict pass
 `when_empty=Step(fault="http500", text="script exhausted")` or check `.requests`.
@@ -34,7 +34,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -202,8 +202,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self._path()
         if path in ("/v1/models", "/models"):
-            model = {"id": self._owner.model, "object": "model", "created": 0, "owned_by": "scripted"}
-            self._send_json(200, {"object": "list", "data": [model]})
+            models = [
+                {"id": name, "object": "model", "created": 0, "owned_by": "scripted"} for name in self._owner.listed
+            ]
+            self._send_json(200, {"object": "list", "data": models})
         elif path in ("/health", "/v1/health"):
             self._send_json(200, {"status": "ok"})
         else:
@@ -422,8 +424,10 @@ class ScriptedServer:
         host: str = "127.0.0.1",
         port: int = 0,
         when_empty: Step | None = None,
+        listed: Sequence[str] | None = None,
     ) -> None:
         self.model = model
+        self.listed = list(listed) if listed is not None else [model]
         self._host = host
         self.when_empty = when_empty or Step(text="(script empty)")
         self._script: deque[Step] = deque(script or [])

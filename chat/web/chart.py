@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from sessions_app.models import BreakCause, ModelRequest, RequestStatus
@@ -189,17 +189,15 @@ def bar_html(bar: Bar, *, window: int, auto_at: float) -> SafeString:
 
 def chart_html(bars: Sequence[Bar], *, window: int, auto_at: float, more: int = 0, full_url: str = "") -> SafeString:
     """The whole chart: its axes, the bars given and, where ``more`` earlier bars are left out, a link."""
-    ticks = mark_safe(
-        "".join(
-            format_html('<span class="tick" data-at="{}">{}</span>', share, label)
-            for share, label in ((100, f"{window:,} tokens"), (50, "50 %"), (0, "0"))
-        )
+    ticks = format_html_join(
+        "",
+        '<span class="tick" data-at="{}">{}</span>',
+        ((100, f"{window:,} tokens"), (50, "50 %"), (0, "0")),
     )
-    ttft_ticks = mark_safe(
-        "".join(
-            format_html('<span class="tick" data-at="{}">{}</span>', quarter * 25, label)
-            for quarter, label in enumerate(("0.01 s", "0.1 s", "1 s", "10 s", "100 s"))
-        )
+    ttft_ticks = format_html_join(
+        "",
+        '<span class="tick" data-at="{}">{}</span>',
+        ((quarter * 25, label) for quarter, label in enumerate(("0.01 s", "0.1 s", "1 s", "10 s", "100 s"))),
     )
     earlier = format_html('<a class="chart-earlier" href="{}">{} earlier requests</a>', full_url, more) if more else ""
     bars_markup = mark_safe("".join(bar_html(bar, window=window, auto_at=auto_at) for bar in bars))

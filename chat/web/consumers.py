@@ -5,6 +5,7 @@ relays what the session's group is sent; the reply itself never depends on this 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
@@ -15,16 +16,19 @@ from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 
 from chat.web import fragments, jobs
+from chat.web.forms import model_for, parse_model_choice
 from chat.web.messages import Op, pack
 from chat.web.publisher import session_group
-from chat.web.sync import PageState, catch_up
+from chat.web.sync import PageState, catch_up, chart_page_put
+from sessions_app.errors import ReplyInProgress
 from sessions_app.models import ChatSession
 from sessions_app.selectors.sessions import session_get
 from sessions_app.services.locks import reply_running
-from sessions_app.services.sessions import session_set_mode
+from sessions_app.services.sessions import session_model_switch, session_set_mode
 
 NOT_FOUND = 4404
 LOGGED_OUT = 4401
+MODEL_REFUSED_RUNNING = "A reply is running in this session; change the model once it has finished or been stopped."
 
 
 def _flag(value: object) -> bool:
@@ -50,6 +54,27 @@ def _fresh_session(scope: dict[str, Any]) -> SessionBase:
 
 def _running(session_id: int) -> bool:
     return reply_running(ChatSession(pk=session_id))
+
+
+@dataclass(frozen=True)
+class _ModelChanged:
+    ops: list[Op]
+    revision: int
+
+
+def _model_change(session: ChatSession, endpoint: object, model: object) -> _ModelChanged | None:
+    """Change the session's model as the message asks; ``None`` when it already is that one."""
+    choice = parse_model_choice(endpoint)
+    model_name = model_for(choice, model if isinstance(model, str) else "")
+    if (choice.endpoint.pk, model_name) == (session.endpoint_id, session.model_name):
+        return None
+    window = fragments.chart_window(session)
+    changed = session_model_switch(session=session, endpoint=choice.endpoint, model_name=model_name)
+    text = f"The model is now {changed.model_name}: the next request reads the conversation again."
+    ops: list[Op] = [fragments.model_put(changed), fragments.notice_put(text)]
+    if fragments.chart_window(changed) != window:
+        ops.append(chart_page_put(changed))
+    return _ModelChanged(ops, changed.revision)
 
 
 class NotFoundConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
@@ -154,6 +179,8 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.start(jobs.Compact())
         elif kind == "mode":
             await self.set_mode(session, content.get("mode"))
+        elif kind == "model":
+            await self.change_model(session, content.get("endpoint"), content.get("model"))
         else:
             await self.notice(f"Cachet does not know the request {str(kind)[:40]!r}.")
 
@@ -206,3 +233,23 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 session_group(self.session_id), {"type": "cachet.message", "text": text}
             )
         await self.notice(f"Mode {session.mode}: it takes effect as a note on your next message.", level="info")
+
+    async def change_model(self, session: ChatSession, endpoint: object, model: object) -> None:
+        """Move the session to another endpoint or model, between replies; every tab of it shows the change."""
+        if await database_sync_to_async(_running)(self.session_id):
+            await self.notice(MODEL_REFUSED_RUNNING)
+            return
+        try:
+            change = await database_sync_to_async(_model_change)(session, endpoint, model)
+        except ReplyInProgress:
+            await self.notice(MODEL_REFUSED_RUNNING)
+            return
+        except ValueError as error:
+            await self.notice(str(error))
+            return
+        if change is None:
+            await self.notice(f"The model is already {session.model_name}.", level="info")
+            return
+        group = session_group(self.session_id)
+        for text in pack(change.ops, rev=change.revision):
+            await self.channel_layer.group_send(group, {"type": "cachet.message", "text": text})

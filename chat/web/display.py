@@ -19,6 +19,7 @@ from django.db.models.functions import Length, Replace, Right, Substr
 from sessions_app import prompts
 from sessions_app.hygiene import format_id
 from sessions_app.models import ChatSession, Generation, Result, ResultKind, Step, StepDraft, Turn, TurnStatus
+from sessions_app.selectors.sessions import compactions
 
 TARGET_KEYS = ("path", "pattern", "command", "id", "target")
 PRIMARY_KEY = {"grep": "pattern", "glob": "pattern", "run": "command", "recall": "id"}
@@ -419,9 +420,7 @@ class TranscriptPage:
 
 
 def compaction_views(session: ChatSession, *, low: int, high: int | None) -> list[CompactionView]:
-    generations = Generation.objects.filter(
-        session=session, taken_back=False, covers_through_turn__isnull=False, covers_through_turn__gte=low
-    ).exclude(summary="")
+    generations = compactions(session).filter(covers_through_turn__gte=low)
     if high is not None:
         generations = generations.filter(covers_through_turn__lt=high)
     return [CompactionView(generation) for generation in generations]

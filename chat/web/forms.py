@@ -1,35 +1,153 @@
-"""Forms of the session pages."""
+"""Forms of the session pages, and the choice of a model: an endpoint and a model name, offered as one select
+grouped by endpoint whose values are ``ID:MODEL``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django import forms
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-from sessions_app.models import Mode, ModelEndpoint, Workspace
-from sessions_app.selectors.sessions import workspaces_for
+from chat.agent.endpoints import FALLBACK_MODEL, EndpointModels, endpoint_models
+from sessions_app.models import ChatSession, Mode, ModelEndpoint, Workspace
+from sessions_app.selectors.sessions import endpoint_default, workspaces_for
+
+MODEL_MAX_LENGTH = 200
+ID_DIGITS = 18
 
 
-class NewSessionForm(forms.Form):
-    workspace = forms.ModelChoiceField(queryset=Workspace.objects.none(), empty_label=None)
-    endpoint = forms.ModelChoiceField(queryset=ModelEndpoint.objects.all(), empty_label=None, label="Model endpoint")
-    model = forms.CharField(
-        max_length=200,
+@dataclass(frozen=True)
+class ModelChoice:
+    """An endpoint and a model on it; an empty model: the endpoint's own, else the first its server lists."""
+
+    endpoint: ModelEndpoint
+    model: str
+
+
+def choice_value(endpoint_id: int, model: str) -> str:
+    return f"{endpoint_id}:{model}"
+
+
+def parse_model_choice(value: object) -> ModelChoice:
+    """``ID`` or ``ID:MODEL`` (a model's name may hold colons); a ``ValueError`` says what is wrong."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        ident, model = str(value), ""
+    elif isinstance(value, str):
+        ident, _, model = value.strip().partition(":")
+    else:
+        raise ValueError("Choose a model endpoint.")
+    ident = ident.strip()
+    if not ident.isascii() or not ident.isdigit() or len(ident) > ID_DIGITS:
+        raise ValueError("Choose a model endpoint.")
+    endpoint = ModelEndpoint.objects.filter(pk=int(ident)).first()
+    if endpoint is None:
+        raise ValueError(f"There is no model endpoint {ident}.")
+    model = model.strip()
+    if len(model) > MODEL_MAX_LENGTH:
+        raise ValueError(f"A model name is at most {MODEL_MAX_LENGTH} characters.")
+    return ModelChoice(endpoint, model)
+
+
+def model_for(choice: ModelChoice, typed: str = "") -> str:
+    """The model to use: the one typed, else the one chosen, else the endpoint's, else the first it lists."""
+    return typed.strip() or choice.model or endpoint_models(choice.endpoint).preferred or FALLBACK_MODEL
+
+
+def grouped_choices(
+    found: Sequence[EndpointModels], *, current: tuple[int, str] | None = None
+) -> list[tuple[str, list[tuple[str, str]]]]:
+    """One group per endpoint, its models as options; an endpoint with none offers the model typed below."""
+    groups: list[tuple[str, list[tuple[str, str]]]] = []
+    for item in found:
+        endpoint = item.endpoint
+        names = list(item.names)
+        if current is not None and current[0] == endpoint.pk and current[1] not in names:
+            names.insert(0, current[1])
+        label = f"{endpoint.name} · {endpoint.base_url}"
+        if not item.listing.listed:
+            label += " · lists no models" if item.listing.answered else " · does not answer"
+        options = [(choice_value(endpoint.pk, name), name) for name in names]
+        groups.append((label, options or [(choice_value(endpoint.pk, ""), "the model typed below")]))
+    return groups
+
+
+def _model_field() -> forms.CharField:
+    return forms.CharField(
+        max_length=MODEL_MAX_LENGTH,
         required=False,
-        help_text="Leave empty for the endpoint's model, or the first model the server lists.",
+        label="Or another model",
+        help_text="A model name on the chosen endpoint, for one its server does not list or when it does not answer.",
     )
+
+
+class _ModelChoiceForm(forms.Form):
+    endpoint = forms.CharField(label="Model", widget=forms.Select)
+    model = _model_field()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.endpoints: list[EndpointModels] = []
+
+    def offer(self, found: Sequence[EndpointModels], *, current: tuple[int, str] | None = None) -> None:
+        """Offer the models of ``found``, with ``current`` (an endpoint's id and a model) chosen."""
+        self.endpoints = list(found)
+        widget = self.fields["endpoint"].widget
+        assert isinstance(widget, forms.Select)
+        widget.choices = grouped_choices(self.endpoints, current=current)
+        if current is not None:
+            self.fields["endpoint"].initial = choice_value(*current)
+
+    def clean_endpoint(self) -> ModelChoice:
+        try:
+            return parse_model_choice(self.cleaned_data["endpoint"])
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from error
+
+    def chosen_model(self) -> str:
+        choice = self.cleaned_data["endpoint"]
+        assert isinstance(choice, ModelChoice)
+        return model_for(choice, self.cleaned_data["model"])
+
+    @property
+    def unanswered(self) -> list[EndpointModels]:
+        return [item for item in self.endpoints if not item.listing.listed]
+
+
+class NewSessionForm(_ModelChoiceForm):
+    workspace = forms.ModelChoiceField(queryset=Workspace.objects.none(), empty_label=None)
+    endpoint = forms.CharField(label="Model", widget=forms.Select, help_text="Each endpoint with the models it lists.")
+    model = _model_field()
     mode = forms.ChoiceField(
         choices=Mode.choices,
         initial=Mode.EDIT,
         help_text="plan: read only · edit: read and change files · full: also run commands where allowed.",
     )
 
+    field_order = ["workspace", "endpoint", "model", "mode"]
+
     def __init__(self, *args: Any, user: AbstractBaseUser | AnonymousUser, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         field = self.fields["workspace"]
         assert isinstance(field, forms.ModelChoiceField)
         field.queryset = workspaces_for(user=user)
+
+    def offer_default(self, found: Sequence[EndpointModels]) -> None:
+        """Offer the models of ``found`` with the default endpoint's model chosen."""
+        default = endpoint_default()
+        preferred = next((item.preferred for item in found if default and item.endpoint.pk == default.pk), "")
+        self.offer(found, current=(default.pk, preferred) if default and preferred else None)
+        if default and not preferred:
+            self.fields["endpoint"].initial = choice_value(default.pk, "")
+
+
+class ModelChangeForm(_ModelChoiceForm):
+    """A session's model menu: sent over the websocket as ``{"type": "model", "endpoint", "model"}``."""
+
+    def __init__(self, *args: Any, session: ChatSession, found: Sequence[EndpointModels], **kwargs: Any) -> None:
+        super().__init__(*args, auto_id="model-%s", **kwargs)
+        self.offer(found, current=(session.endpoint_id, session.model_name))
 
 
 class RenameForm(forms.Form):

@@ -119,6 +119,11 @@ def mode_put(session: ChatSession) -> Put:
     return Put("mode-control", _render("_mode.html", {"session": session, "modes": Mode.choices}))
 
 
+def model_put(session: ChatSession) -> Put:
+    """The session's model menu in the header, closed: it asks the servers for their models when opened."""
+    return Put("model-control", _render("_model.html", {"session": session}))
+
+
 def notice_put(text: str, *, level: str = "info", lines: Sequence[str] = ()) -> Put:
     return Put("notice", _render("_notice.html", {"text": text, "level": level, "lines": list(lines)}))
 

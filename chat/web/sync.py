@@ -3,7 +3,8 @@
 A page is rendered at a revision of its session; every stored change moves the revision on and marks what it
 changed (a turn, a compaction) with it. A tab says which revision it has, the oldest turn it shows and the
 last bar of its chart, and gets back the turns and compactions changed since, the bars it lacks, and the
-small parts that are always sent (the controls, the mode, the title).
+small parts that are always sent (the controls, the mode, the title); after a change of model, the header's
+model menu and the whole chart, whose scale is the endpoint's context window.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from chat.web import chart, fragments
 from chat.web.display import PAGE_TURNS, CompactionView, transcript_page, turn_views
 from chat.web.messages import Op, pack
 from sessions_app.models import ChatSession, Generation, ModelRequest, RequestStatus, Turn, TurnStatus
+from sessions_app.selectors.sessions import compactions
 from sessions_app.services.locks import reply_running
 
 
@@ -38,10 +40,14 @@ def catch_up(session_id: int, state: PageState) -> CatchUp:
     revision = session.revision
     running = reply_running(session)
     ops: list[Op] = []
+    model_changed = state.revision < revision and _model_changed(session, state)
     if state.revision < revision:
         ops.extend(_turn_changes(session, state, running=running))
         ops.extend(_compaction_changes(session, state))
-    ops.extend(_bar_changes(session, state))
+    if model_changed:
+        ops.extend([fragments.model_put(session), chart_page_put(session)])  # the chart's scale may have changed
+    else:
+        ops.extend(_bar_changes(session, state))
     ops.extend(
         [
             fragments.controls_put(running=running, label="Replying…" if running else ""),
@@ -72,13 +78,22 @@ def _turn_changes(session: ChatSession, state: PageState, *, running: bool) -> l
 
 
 def _compaction_changes(session: ChatSession, state: PageState) -> list[Op]:
-    ops: list[Op] = []
-    for generation in Generation.objects.filter(session=session, revision__gt=state.revision).exclude(summary=""):
-        if generation.taken_back:
-            ops.append(fragments.compaction_remove(generation.number))
-        elif (generation.covers_through_turn or 0) >= state.first_turn:
+    changed = Generation.objects.filter(session=session, revision__gt=state.revision)
+    ops: list[Op] = [
+        fragments.compaction_remove(number)
+        for number in changed.filter(taken_back=True).exclude(summary="").values_list("number", flat=True)
+    ]
+    for generation in compactions(session).filter(revision__gt=state.revision):
+        if (generation.covers_through_turn or 0) >= state.first_turn:
             ops.append(fragments.compaction_put(CompactionView(generation)))
     return ops
+
+
+def _model_changed(session: ChatSession, state: PageState) -> bool:
+    """Whether the session moved to another model after the revision the tab shows: a live generation changed
+    since then that is no compaction."""
+    changed = Generation.objects.filter(session=session, revision__gt=state.revision, taken_back=False)
+    return changed.exclude(pk__in=compactions(session).values("pk")).exists()
 
 
 def _bar_changes(session: ChatSession, state: PageState) -> list[Op]:

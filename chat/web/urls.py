@@ -12,6 +12,7 @@ urlpatterns = [
     path("sessions/<id:session_id>/rename", views.session_rename_view, name="session_rename"),
     path("sessions/<id:session_id>/delete", views.session_delete_view, name="session_delete"),
     path("sessions/<id:session_id>/chart", views.session_chart, name="session_chart"),
+    path("sessions/<id:session_id>/models", views.session_models, name="session_models"),
     path("sessions/<id:session_id>/turns/", views.session_turns, name="session_turns"),
     path("sessions/<id:session_id>/turns/<id:number>/", views.session_turn, name="session_turn"),
     path("sessions/<id:session_id>/results/<id:number>/", views.result_page, name="result"),

@@ -10,20 +10,18 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from chat.agent.model_client import ModelError, list_models
+from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.tools import tool_list
 from chat.web import fragments
 from chat.web.display import call_target, result_id, result_status, single_turn, transcript_page
-from chat.web.forms import NewSessionForm, RenameForm
+from chat.web.forms import ModelChangeForm, NewSessionForm, RenameForm
 from chat.web.sync import chart_requests
 from sessions_app import prompts
 from sessions_app.hygiene import count_lines, line_window
-from sessions_app.models import ChatSession, Mode, ModelEndpoint, ModelRequest, RequestStatus, Turn
-from sessions_app.selectors.sessions import result_get, session_get, session_list
+from sessions_app.models import ChatSession, Mode, ModelRequest, RequestStatus, Turn
+from sessions_app.selectors.sessions import endpoint_list, result_get, session_get, session_list
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_delete, session_rename, session_start
-
-MODEL_LIST_TIMEOUT = 5.0
 
 
 def _user(request: HttpRequest) -> User:
@@ -45,15 +43,8 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "chat/home.html", {"sessions": session_list(owner=request.user)})
 
 
-def default_model(endpoint: ModelEndpoint) -> str:
-    """The endpoint's configured model, else the first one its server lists, else ``default``."""
-    if endpoint.model:
-        return endpoint.model
-    try:
-        models = list_models(base_url=endpoint.base_url, api_key=endpoint.api_key or None, timeout=MODEL_LIST_TIMEOUT)
-    except ModelError:
-        models = []
-    return models[0] if models else "default"
+def _endpoints() -> list[EndpointModels]:
+    return endpoints_models(endpoint_list())
 
 
 @login_required
@@ -62,17 +53,26 @@ def session_new(request: HttpRequest) -> HttpResponse:
     form = NewSessionForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         workspace = form.cleaned_data["workspace"]
-        endpoint = form.cleaned_data["endpoint"]
         session = session_start(
             owner=_user(request),
             workspace=workspace,
-            endpoint=endpoint,
-            model_name=form.cleaned_data["model"].strip() or default_model(endpoint),
+            endpoint=form.cleaned_data["endpoint"].endpoint,
+            model_name=form.chosen_model(),
             tools=tool_list(allow_commands=workspace.allow_commands),
             mode=form.cleaned_data["mode"],
         )
         return redirect("session", session_id=session.pk)
+    form.offer_default(_endpoints())
     return render(request, "chat/new_session.html", {"form": form})
+
+
+@login_required
+@require_GET
+def session_models(request: HttpRequest, session_id: int) -> HttpResponse:
+    """The session's model menu: every endpoint with the models it lists, the session's own chosen."""
+    session = _session(request, session_id)
+    form = ModelChangeForm(session=session, found=_endpoints())
+    return render(request, "chat/_model_choices.html", {"form": form, "session": session})
 
 
 @login_required

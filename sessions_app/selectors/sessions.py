@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from sessions_app.models import ChatSession, Generation, Result, Turn, TurnStatus, Workspace
+from sessions_app.models import (
+    DEFAULT_ENDPOINT_NAME,
+    ChatSession,
+    Generation,
+    ModelEndpoint,
+    Result,
+    Turn,
+    TurnStatus,
+    Workspace,
+)
 
 
 def session_list(*, owner: AbstractBaseUser | AnonymousUser) -> QuerySet[ChatSession]:
@@ -19,6 +28,35 @@ def session_get(*, owner: AbstractBaseUser | AnonymousUser, session_id: int) -> 
 
 def workspaces_for(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Workspace]:
     return Workspace.objects.filter(Q(members=None) | Q(members=user.pk)).distinct()
+
+
+def endpoint_default() -> ModelEndpoint | None:
+    """The endpoint named ``default`` (the one the environment sets), else the oldest one."""
+    endpoints = ModelEndpoint.objects.all()
+    return endpoints.filter(name=DEFAULT_ENDPOINT_NAME).first() or endpoints.order_by("id").first()
+
+
+def endpoint_list() -> list[ModelEndpoint]:
+    """Every endpoint, the default one first, then by name."""
+    default = endpoint_default()
+    others = ModelEndpoint.objects.order_by("name")
+    return [default, *others.exclude(pk=default.pk)] if default is not None else list(others)
+
+
+def compactions(session: ChatSession) -> QuerySet[Generation]:
+    """The session's live compactions. A change of model starts a generation that keeps the summary and the
+    turns covered of the one before it; that one is no compaction of its own."""
+    earlier_same = Generation.objects.filter(
+        session=OuterRef("session"),
+        taken_back=False,
+        covers_through_turn=OuterRef("covers_through_turn"),
+        number__lt=OuterRef("number"),
+    )
+    return (
+        Generation.objects.filter(session=session, taken_back=False, covers_through_turn__isnull=False)
+        .exclude(summary="")
+        .exclude(Exists(earlier_same))
+    )
 
 
 def current_generation(session: ChatSession) -> Generation:

@@ -60,6 +60,8 @@ def prefix_verdict(
     shared = shared_prefix_bytes(previous, built.body)
     if not previous:
         return PrefixVerdict(shared, 0, BreakCause.FIRST)
+    if any(item["cause"] == BreakCause.MODEL_CHANGE for item in pending):
+        return PrefixVerdict(shared, 0, BreakCause.MODEL_CHANGE)  # the new model reads it all again
     if built.body.startswith(previous[:-2]):
         return PrefixVerdict(shared, len(previous) - 2, "")
     candidates: list[tuple[int, str]] = []

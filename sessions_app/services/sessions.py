@@ -9,10 +9,13 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from sessions_app import prompts
+from sessions_app.errors import ReplyInProgress
 from sessions_app.hygiene import system_prompt_with_summary
 from sessions_app.hygiene.config import ContextConfig
-from sessions_app.models import ChatSession, Generation, Mode, ModelEndpoint, Workspace
+from sessions_app.models import BreakCause, ChatSession, Generation, Mode, ModelEndpoint, Turn, TurnStatus, Workspace
 from sessions_app.selectors.requests import dumps
+from sessions_app.services.locks import reply_lock
+from sessions_app.services.revisions import revision_next
 from sessions_app.text import storable
 
 
@@ -87,14 +90,22 @@ def session_set_mode(*, session: ChatSession, mode: str) -> ChatSession:
 
 @transaction.atomic
 def session_change_model(*, session: ChatSession, endpoint: ModelEndpoint, model_name: str) -> ChatSession:
-    """Move the session to another model: a new generation, its system prompt rebuilt, the history kept."""
-    model_name = storable(model_name)
-    session = ChatSession.objects.select_for_update(no_key=True).get(pk=session.pk)
-    current = Generation.objects.get(session=session, number=session.generation_number)
+    """Move the session to another model: a new generation, its system prompt rebuilt, the history kept. The
+    next request's break is a model change. The same endpoint and model again change nothing."""
+    model_name = storable(model_name).strip()
+    if not model_name:
+        raise ValueError("Name the model to change to.")
+    limit = ChatSession._meta.get_field("model_name").max_length or 0
+    if len(model_name) > limit:
+        raise ValueError(f"A model name is at most {limit} characters.")
+    session = ChatSession.objects.select_for_update(no_key=True).select_related("endpoint").get(pk=session.pk)
     if endpoint.pk == session.endpoint_id and model_name == session.model_name:
         return session
+    if Turn.objects.filter(session=session, status=TurnStatus.OPEN).exists():
+        raise ReplyInProgress()
+    current = Generation.objects.get(session=session, number=session.generation_number)
     number = Generation.objects.filter(session=session).count() + 1
-    generation_create(
+    generation = generation_create(
         session=session,
         number=number,
         mode=session.mode,
@@ -107,9 +118,18 @@ def session_change_model(*, session: ChatSession, endpoint: ModelEndpoint, model
     session.endpoint = endpoint
     session.model_name = model_name
     session.generation_number = number
-    session.pending_breaks = [*session.pending_breaks, {"cause": "model_change"}]
+    session.pending_breaks = [*session.pending_breaks, {"cause": BreakCause.MODEL_CHANGE}]
     session.save(update_fields=["endpoint", "model_name", "generation_number", "pending_breaks", "updated_at"])
+    generation.revision = session.revision = revision_next(session.pk)
+    generation.save(update_fields=["revision"])
     return session
+
+
+def session_model_switch(*, session: ChatSession, endpoint: ModelEndpoint, model_name: str) -> ChatSession:
+    """:func:`session_change_model` under the session's reply lock, so it never lands in the middle of a
+    reply; refused with :class:`ReplyInProgress` while one runs."""
+    with reply_lock(session):
+        return session_change_model(session=session, endpoint=endpoint, model_name=model_name)
 
 
 @transaction.atomic

@@ -8,7 +8,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from sessions_app.models import ModelEndpoint, Workspace
+from sessions_app.models import DEFAULT_ENDPOINT_NAME, ModelEndpoint, Workspace
 
 
 def parse_workspaces(spec: str) -> list[tuple[str, Path]]:
@@ -40,15 +40,19 @@ def workspaces_seed(*, spec: str, default_folder: Path) -> list[Workspace]:
 
 @transaction.atomic
 def endpoint_seed(*, base_url: str, model: str) -> ModelEndpoint:
-    """The endpoint the environment names, created once; staff edit it in the admin after that."""
-    existing = ModelEndpoint.objects.filter(base_url=base_url.rstrip("/")).first()
-    if existing is not None:
-        if model and existing.model != model:
-            existing.model = model
-            existing.save(update_fields=["model"])
-        return existing
-    name = "default" if not ModelEndpoint.objects.filter(name="default").exists() else base_url
-    return ModelEndpoint.objects.create(name=name[:100], base_url=base_url.rstrip("/"), model=model)
+    """The endpoint named ``default`` takes the environment's URL and model at every start, made where missing.
+    An empty ``model`` keeps the one set in the admin while the URL stays; other endpoints are left as they are."""
+    base_url = base_url.rstrip("/")
+    endpoint = ModelEndpoint.objects.select_for_update().filter(name=DEFAULT_ENDPOINT_NAME).first()
+    if endpoint is None:
+        return ModelEndpoint.objects.create(name=DEFAULT_ENDPOINT_NAME, base_url=base_url, model=model)
+    if endpoint.base_url != base_url:
+        endpoint.base_url = base_url
+        endpoint.model = model
+    elif model:
+        endpoint.model = model
+    endpoint.save(update_fields=["base_url", "model"])
+    return endpoint
 
 
 @transaction.atomic

@@ -1,16 +1,20 @@
 from __future__ import annotations
 
 import io
+import json
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 
 from chat.testing.scripted_server import ScriptedServer, Step
-from sessions_app.models import BreakCause, ChatSession, ModelRequest, Result, Turn, TurnStatus
+from sessions_app.models import BreakCause, ChatSession, ModelEndpoint, ModelRequest, Result, Turn, TurnStatus
+from sessions_app.services.locks import reply_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,9 +24,10 @@ LAST_LINE = re.compile(r"^session=(\d+) turn=(\d+) requests=(\d+) prompt_tokens=
 def ask(*args: str) -> tuple[str, dict[str, int]]:
     out = io.StringIO()
     try:
-        call_command("ask", *args, stdout=out, stderr=io.StringIO())
+        err = io.StringIO()
+        call_command("ask", *args, stdout=out, stderr=err)
     except SystemExit as exit_:
-        assert exit_.code == 0, out.getvalue()
+        assert exit_.code == 0, out.getvalue() + err.getvalue()
     lines = out.getvalue().rstrip("\n").split("\n")
     match = LAST_LINE.match(lines[-1])
     assert match, lines[-1]
@@ -134,3 +139,75 @@ def test_undo_says_what_it_took_back_and_restored(user: Any, workspace_dir: Path
     assert not (workspace_dir / "new.txt").exists()
     output, _ = ask(*in_session, "--rewind", "1")
     assert "Took back turn 1." in output
+
+
+def test_ask_without_an_endpoint_uses_the_default_one(user: Any, workspace_dir: Path, scripted: ScriptedServer) -> None:
+    ModelEndpoint.objects.create(name="an-older-one", base_url="http://127.0.0.1:9/v1", model="old")
+    ModelEndpoint.objects.create(name="default", base_url=scripted.base_url, model="scripted")
+    scripted.push(Step(text="Hello from the default."))
+    output, figures = ask("--user", user.username, "--workspace", str(workspace_dir), "Hi")
+    assert "Hello from the default." in output
+    assert ChatSession.objects.get(pk=figures["session"]).endpoint.name == "default"
+
+
+def test_ask_moves_a_session_to_another_model_or_endpoint_before_its_action(
+    user: Any, workspace_dir: Path, scripted: ScriptedServer
+) -> None:
+    scripted.push(Step(text="One."))
+    _, first = ask(
+        "--user", user.username, "--workspace", str(workspace_dir), "--endpoint", scripted.base_url, "--model", "a", "1"
+    )
+    in_session = ("--user", user.username, "--session", str(first["session"]))
+    scripted.push(Step(text="Two."))
+    output, _ = ask(*in_session, "--model", "b", "2")
+    assert output.startswith(f"Model: b at {scripted.base_url} (the next request reads the conversation again).\n")
+    with ScriptedServer(model="c", listed=["c", "d"]) as other:
+        other.push(Step(text="Three."))
+        output, _ = ask(*in_session, "--endpoint", other.base_url, "3")
+        assert f"Model: c at {other.base_url} (the next request reads the conversation again)." in output
+        assert json.loads(other.requests[0])["model"] == "c"
+    again, _ = ask(*in_session, "--endpoint", other.base_url, "--model", "c", "--undo")
+    assert "Model:" not in again, "the same endpoint and model again change nothing"
+    session = ChatSession.objects.get(pk=first["session"])
+    assert (session.endpoint.base_url, session.model_name, session.generation_number) == (other.base_url, "c", 3)
+    assert list(session.generations.order_by("number").values_list("model_name", flat=True)) == ["a", "b", "c"]
+    requests = ModelRequest.objects.filter(session=session).order_by("id")
+    assert list(requests.values_list("model_name", "break_cause")) == [
+        ("a", BreakCause.FIRST),
+        ("b", BreakCause.MODEL_CHANGE),
+        ("c", BreakCause.MODEL_CHANGE),
+    ]
+
+
+def test_ask_does_not_change_the_model_while_a_reply_runs(user: Any, chat_session: ChatSession) -> None:
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with reply_lock(chat_session):
+                held.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        with pytest.raises(CommandError, match="A reply is already running in this session"):
+            call_command(
+                "ask",
+                "--user",
+                user.username,
+                "--session",
+                str(chat_session.pk),
+                "--model",
+                "other",
+                "--undo",
+                stdout=io.StringIO(),
+            )
+    finally:
+        release.set()
+        holder.join()
+    chat_session.refresh_from_db()
+    assert (chat_session.model_name, chat_session.generation_number) == ("scripted", 1)

@@ -1,14 +1,12 @@
 from __future__ import annotations
 
-import io
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 
 from sessions_app.models import ModelEndpoint, Workspace
+from sessions_app.selectors.sessions import endpoint_default
 from sessions_app.services.setup import admin_seed, endpoint_seed, parse_workspaces, workspaces_seed
 
 
@@ -31,25 +29,42 @@ def test_seeding_is_idempotent(tmp_path: Path) -> None:
 
 
 @pytest.mark.django_db
+def test_the_default_endpoint_follows_the_environment_at_every_start() -> None:
+    first = endpoint_seed(base_url="http://127.0.0.1:8080/v1", model="")
+    assert (first.name, first.base_url, first.model) == ("default", "http://127.0.0.1:8080/v1", "")
+    staff_made = ModelEndpoint.objects.create(name="gpu", base_url="http://gpu-box:8000/v1", model="qwen3")
+    ModelEndpoint.objects.filter(pk=first.pk).update(model="set-in-the-admin", context_window=32768, api_key="k")
+    same_url = endpoint_seed(base_url="http://127.0.0.1:8080/v1", model="")
+    assert same_url.model == "set-in-the-admin", "an unset CACHET_MODEL keeps the admin's model while the URL stays"
+    moved = endpoint_seed(base_url="http://model-box:8080/v1/", model="")
+    assert moved.pk == first.pk and moved.base_url == "http://model-box:8080/v1"
+    assert moved.model == "", "the old server's model goes with its URL"
+    named = endpoint_seed(base_url="http://model-box:8080/v1", model="llama")
+    assert named.pk == first.pk and named.model == "llama"
+    assert sorted(ModelEndpoint.objects.values_list("name", "base_url", "model", "context_window", "api_key")) == [
+        ("default", "http://model-box:8080/v1", "llama", 32768, "k"),
+        ("gpu", "http://gpu-box:8000/v1", "qwen3", 8192, ""),
+    ]
+    assert ModelEndpoint.objects.get(pk=staff_made.pk).base_url == "http://gpu-box:8000/v1"
+
+
+@pytest.mark.django_db
+def test_the_default_endpoint_is_the_one_named_default_else_the_oldest() -> None:
+    assert endpoint_default() is None
+    oldest = ModelEndpoint.objects.create(name="a-first", base_url="http://a:1/v1")
+    ModelEndpoint.objects.create(name="b-second", base_url="http://b:1/v1")
+    assert endpoint_default() == oldest
+    default = endpoint_seed(base_url="http://c:1/v1", model="")
+    assert endpoint_default() == default
+
+
+@pytest.mark.django_db
 def test_first_admin_gets_a_random_password_once() -> None:
     password = admin_seed()
     assert password and len(password) >= 12
     admin = get_user_model().objects.get(username="admin")
     assert admin.is_superuser and admin.check_password(password)
     assert admin_seed() is None
-
-
-@pytest.mark.django_db
-def test_serve_sets_up_and_prints_how_to_log_in(settings: Any, tmp_path: Path) -> None:
-    settings.CACHET_WORKSPACES = ""
-    settings.CACHET_DATA = tmp_path
-    settings.STATIC_ROOT = tmp_path / "static"
-    out = io.StringIO()
-    call_command("serve", "--no-serve", stdout=out)
-    text = out.getvalue()
-    assert "Log in at http://127.0.0.1:8000/ as admin with password " in text
-    assert Workspace.objects.get().name == "scratch"
-    assert (tmp_path / "static" / "cachet" / "cachet.css").exists()
 
 
 def test_secret_key_is_not_in_the_code() -> None:

@@ -22,7 +22,7 @@ from cachet.asgi import application
 from chat.testing.scripted_server import ScriptedServer, Step
 from chat.web import jobs
 from chat.web.messages import MESSAGE_LIMIT
-from sessions_app.models import ChatSession, Turn, TurnStatus
+from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Turn, TurnStatus
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
@@ -464,3 +464,83 @@ async def test_a_failed_reply_and_compaction(live_session: ChatSession, ada_cook
     await communicator.disconnect()
     await settle()
     assert json.loads(model.requests[-1])["messages"][-1]["role"] == "user"
+
+
+async def test_changing_the_model_shows_in_every_tab_and_the_next_request_is_a_model_change(
+    live_session: ChatSession, ada_cookie: str, model: ScriptedServer
+) -> None:
+    model.push(Step(text="One."))
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    await communicator.send_json_to({"type": "send", "text": "First"})
+    await until(communicator, got, idle)
+    seen, first_bar = got.rev, max(int(key.removeprefix("bar-")) for key in got.puts if key.startswith("bar-"))
+    watcher, theirs = await connected(live_session.pk, ada_cookie, rev=seen, first=1, bar=first_bar)
+    with ScriptedServer(model="alpha", listed=["alpha", "beta"]) as other:
+        bigger = await database_sync_to_async(ModelEndpoint.objects.create)(
+            name="bigger", base_url=other.base_url, context_window=32768
+        )
+        await communicator.send_json_to({"type": "model", "endpoint": f"{bigger.pk}:beta", "model": ""})
+        await until(watcher, theirs, lambda m: "The model is now beta" in json.dumps(m))
+        assert '<span class="model-name">beta</span>' in theirs.puts["model-control"]
+        new_scale = '<span class="tick" data-at="100">32,768 tokens</span>'
+        assert new_scale in theirs.puts["chart"], "the chart is drawn again on the new context window"
+        await until(communicator, got, lambda m: "The model is now beta" in json.dumps(m))
+        session = await database_sync_to_async(ChatSession.objects.get)(pk=live_session.pk)
+        assert (session.endpoint_id, session.model_name, session.generation_number) == (bigger.pk, "beta", 2)
+        assert theirs.rev == session.revision
+        generation = await database_sync_to_async(session.generations.get)(number=2)
+        assert generation.model_name == "beta"
+        other.push(Step(text="Two, from beta."))
+        await communicator.send_json_to({"type": "send", "text": "Second"})
+        await until(communicator, got, idle)
+        assert json.loads(other.requests[0])["model"] == "beta" and len(model.requests) == 1
+    bar = next(html for key, html in got.puts.items() if key.startswith("bar-") and int(key[4:]) > first_bar)
+    assert 'data-cause="model_change"' in bar
+    causes = await database_sync_to_async(
+        lambda: list(
+            ModelRequest.objects.filter(session=live_session).order_by("id").values_list("break_cause", "model_name")
+        )
+    )()
+    assert causes == [("first", "scripted"), ("model_change", "beta")]
+    await watcher.disconnect()
+    late, caught = await connected(live_session.pk, ada_cookie, rev=seen, first=1, bar=first_bar)
+    assert '<span class="model-name">beta</span>' in caught.puts["model-control"], "a tab that was away catches up"
+    assert new_scale in caught.puts["chart"]
+    await late.disconnect()
+    await communicator.disconnect()
+
+
+def says(text: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda message: text in json.dumps(message)
+
+
+async def test_the_model_is_not_changed_while_a_reply_runs_nor_by_a_wrong_message(
+    live_session: ChatSession, ada_cookie: str, bob_cookie: str, model: ScriptedServer
+) -> None:
+    other = await database_sync_to_async(ModelEndpoint.objects.create)(name="other", base_url="http://127.0.0.1:9/v1")
+    model.push(Step(text=LONG, chunk_size=3, delay=0.02))
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    await communicator.send_json_to({"type": "send", "text": "Long one"})
+    await until(communicator, got, lambda m: "live" in m)
+    await communicator.send_json_to({"type": "model", "endpoint": other.pk, "model": "qwen"})
+    await until(communicator, got, lambda m: "change the model once it has finished or been stopped" in json.dumps(m))
+    await communicator.send_json_to({"type": "stop"})
+    await until(communicator, got, idle)
+    for message, answer in (
+        ({"type": "model", "endpoint": "x"}, "Choose a model endpoint."),
+        ({"type": "model", "endpoint": 999_999, "model": "m"}, "There is no model endpoint 999999."),
+        ({"type": "model", "endpoint": other.pk, "model": "m" * 201}, "A model name is at most 200 characters."),
+        ({"type": "model", "endpoint": f"{live_session.endpoint_id}:scripted"}, "The model is already scripted."),
+    ):
+        await communicator.send_json_to(message)
+        await until(communicator, got, says(answer))
+    intruder = socket(live_session.pk, bob_cookie)
+    ok, _ = await intruder.connect()
+    assert ok and await intruder.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
+    session = await database_sync_to_async(ChatSession.objects.get)(pk=live_session.pk)
+    assert (session.endpoint_id, session.model_name, session.generation_number) == (
+        live_session.endpoint_id,
+        "scripted",
+        1,
+    )
+    await communicator.disconnect()

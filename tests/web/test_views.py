@@ -109,6 +109,74 @@ def test_new_session_asks_the_server_for_a_model_when_the_endpoint_names_none(
     assert ChatSession.objects.filter(owner=user, endpoint=gone).get().model_name == "default"
 
 
+def options_of(html: str, select: str) -> dict[str, list[tuple[str, str, bool]]]:
+    """The options of the select named ``select``, by the label of their group: (value, text, selected)."""
+    body = html[html.index(f'<select name="{select}"') :]
+    body = body[: body.index("</select>")]
+    groups: dict[str, list[tuple[str, str, bool]]] = {}
+    for label, inner in re.findall(r'<optgroup label="([^"]*)">(.*?)</optgroup>', body, re.S):
+        groups[label] = [
+            (value, text, bool(selected))
+            for value, selected, text in re.findall(r'<option value="([^"]*)"( selected)?>([^<]*)</option>', inner)
+        ]
+    return groups
+
+
+def test_new_session_offers_the_models_each_endpoint_lists_with_the_default_chosen(
+    ada: Client, user: Any, workspace: Workspace
+) -> None:
+    dead = ModelEndpoint.objects.create(name="gone", base_url="http://127.0.0.1:9/v1")
+    with ScriptedServer(model="alpha", listed=["alpha", "beta"]) as one, ScriptedServer(model="gamma") as two:
+        second = ModelEndpoint.objects.create(name="a-second", base_url=two.base_url, model="gamma")
+        default = ModelEndpoint.objects.create(name="default", base_url=one.base_url)
+        html = ada.get("/sessions/new").content.decode()
+        assert options_of(html, "endpoint") == {
+            f"default · {one.base_url}": [
+                (f"{default.pk}:alpha", "alpha", True),
+                (f"{default.pk}:beta", "beta", False),
+            ],
+            f"a-second · {two.base_url}": [(f"{second.pk}:gamma", "gamma", False)],
+            "gone · http://127.0.0.1:9/v1 · does not answer": [(f"{dead.pk}:", "the model typed below", False)],
+        }
+        assert next(iter(options_of(html, "endpoint"))).startswith("default"), "the default endpoint comes first"
+        assert "gone (http://127.0.0.1:9/v1) does not answer: connection refused." in html
+        assert '<input type="text" name="model"' in html, "a model can still be typed"
+        chosen = ada.post(
+            "/sessions/new", {"workspace": workspace.pk, "endpoint": f"{default.pk}:beta", "mode": "edit"}
+        )
+    session = ChatSession.objects.get(owner=user)
+    assert chosen["Location"] == f"/sessions/{session.pk}/"
+    assert (session.endpoint, session.model_name) == (default, "beta")
+    typed = {"workspace": workspace.pk, "endpoint": f"{dead.pk}:", "model": "qwen3:8b", "mode": "plan"}
+    ada.post("/sessions/new", typed)
+    assert ChatSession.objects.filter(endpoint=dead).get().model_name == "qwen3:8b"
+    for wrong, message in (("999:x", "There is no model endpoint 999."), ("x", "Choose a model endpoint.")):
+        refused = ada.post("/sessions/new", {"workspace": workspace.pk, "endpoint": wrong, "mode": "edit"})
+        assert refused.status_code == 200 and message in refused.content.decode()
+    assert ChatSession.objects.count() == 2
+
+
+def test_the_model_menu_lists_the_endpoints_with_the_sessions_model_chosen(
+    ada: Client, bob: Client, user: Any, workspace: Workspace
+) -> None:
+    with ScriptedServer(model="alpha", listed=["alpha", "beta"]) as one:
+        listed = ModelEndpoint.objects.create(name="listed", base_url=one.base_url)
+        session = session_start(owner=user, workspace=workspace, endpoint=listed, model_name="typed-once", tools=[])
+        page = ada.get(f"/sessions/{session.pk}/").content.decode()
+        assert 'id="model-control"' in page and f'hx-get="/sessions/{session.pk}/models"' in page
+        assert '<span class="model-name">typed-once</span>' in page
+        html = ada.get(f"/sessions/{session.pk}/models").content.decode()
+        assert bob.get(f"/sessions/{session.pk}/models").status_code == 404
+    assert options_of(html, "endpoint") == {
+        f"listed · {one.base_url}": [
+            (f"{listed.pk}:typed-once", "typed-once", True),
+            (f"{listed.pk}:alpha", "alpha", False),
+            (f"{listed.pk}:beta", "beta", False),
+        ]
+    }
+    assert "ws-send" in html and '<input type="hidden" name="type" value="model">' in html
+
+
 def test_the_chat_page_shows_turns_tool_rows_and_the_chart(
     ada: Client, live_session: ChatSession, model: ScriptedServer
 ) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from chat.agent.endpoints import FALLBACK_MODEL
 from chat.agent.events import (
     Compacted,
     Notice,
@@ -34,8 +35,8 @@ from sessions_app.models import (
     TurnStatus,
     Workspace,
 )
-from sessions_app.selectors.sessions import last_live_turn, session_get, workspaces_for
-from sessions_app.services.sessions import session_set_mode, session_start
+from sessions_app.selectors.sessions import endpoint_default, last_live_turn, session_get, workspaces_for
+from sessions_app.services.sessions import session_model_switch, session_set_mode, session_start
 from sessions_app.text import storable
 
 
@@ -49,10 +50,21 @@ def _endpoint(spec: str | None) -> ModelEndpoint:
         if found is None:
             raise CommandError(f"No model endpoint named {spec!r}; give its name or a URL ending in /v1.")
         return found
-    found = ModelEndpoint.objects.order_by("id").first()
+    found = endpoint_default()
     if found is None:
         raise CommandError("No model endpoint is configured; pass --endpoint URL or run manage.py serve once.")
     return found
+
+
+def _model(endpoint: ModelEndpoint) -> str:
+    """The endpoint's own model, else the first its server lists."""
+    if endpoint.model:
+        return endpoint.model
+    try:
+        models = list_models(base_url=endpoint.base_url, api_key=endpoint.api_key or None)
+    except ModelError as error:
+        raise CommandError(str(error)) from error
+    return models[0] if models else FALLBACK_MODEL
 
 
 def _workspace(spec: str | None, user: Any) -> Workspace:
@@ -87,8 +99,11 @@ class Command(BaseCommand):
         where = parser.add_mutually_exclusive_group()
         where.add_argument("--session", type=int)
         where.add_argument("--workspace")
-        parser.add_argument("--endpoint")
-        parser.add_argument("--model")
+        parser.add_argument(
+            "--endpoint",
+            help="an endpoint's name or URL (default: the endpoint named default); with --session, moves the session",
+        )
+        parser.add_argument("--model", help="the model to ask for; with --session, moves the session to it")
         parser.add_argument("--mode", choices=Mode.values)
         action = parser.add_mutually_exclusive_group()
         action.add_argument("--undo", action="store_true")
@@ -104,24 +119,34 @@ class Command(BaseCommand):
                 raise CommandError(f"{user.get_username()} has no session {options['session']}.")
             if options["mode"] and options["mode"] != session.mode:
                 session = session_set_mode(session=session, mode=options["mode"])
+            if options["endpoint"] or options["model"]:
+                session = self._change_model(session, options)
             return session
         workspace = _workspace(options["workspace"], user)
         endpoint = _endpoint(options["endpoint"])
-        model = options["model"] or endpoint.model
-        if not model:
-            try:
-                models = list_models(base_url=endpoint.base_url, api_key=endpoint.api_key or None)
-            except ModelError as error:
-                raise CommandError(str(error)) from error
-            model = models[0] if models else "default"
         return session_start(
             owner=user,
             workspace=workspace,
             endpoint=endpoint,
-            model_name=model,
+            model_name=options["model"] or _model(endpoint),
             tools=tool_list(allow_commands=workspace.allow_commands),
             mode=options["mode"] or Mode.EDIT,
         )
+
+    def _change_model(self, session: ChatSession, options: dict[str, Any]) -> ChatSession:
+        """Move the session to the endpoint and model the options name, before the action runs."""
+        endpoint = _endpoint(options["endpoint"]) if options["endpoint"] else session.endpoint
+        model = options["model"] or (session.model_name if endpoint.pk == session.endpoint_id else _model(endpoint))
+        if (endpoint.pk, model) == (session.endpoint_id, session.model_name):
+            return session
+        try:
+            session = session_model_switch(session=session, endpoint=endpoint, model_name=model)
+        except (StoreError, ValueError) as error:
+            raise CommandError(str(error)) from error
+        self.stdout.write(
+            f"Model: {session.model_name} at {endpoint.base_url} (the next request reads the conversation again)."
+        )
+        return session
 
     def handle(self, *args: Any, **options: Any) -> None:
         user = get_user_model().objects.filter(username=options["user"]).first()

@@ -1,4 +1,5 @@
-"""``manage.py serve``: migrate, seed what the environment configures, then run Cachet under Daphne."""
+"""``manage.py serve``: migrate, seed what the environment configures, say whether each model endpoint
+answers, then run Cachet under Daphne."""
 
 from __future__ import annotations
 
@@ -9,12 +10,36 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from chat.agent.endpoints import EndpointModels, endpoints_models
+from sessions_app.models import DEFAULT_ENDPOINT_NAME
+from sessions_app.selectors.sessions import endpoint_list
 from sessions_app.services.locks import orphans_interrupt
 from sessions_app.services.setup import admin_seed, endpoint_seed, workspaces_seed
 
+STARTUP_LIST_TIMEOUT = 3.0
+
+
+def endpoint_line(found: EndpointModels) -> str:
+    """One line on whether the endpoint's server answers, and what a person can do when it does not."""
+    endpoint, listing = found.endpoint, found.listing
+    head = f"Model endpoint {endpoint.name}: {endpoint.base_url}"
+    if listing.listed:
+        return f"{head} answers, models: {', '.join(listing.models) or 'none listed'}"
+    where = (
+        "Set CACHET_MODEL_URL or change it in the admin."
+        if endpoint.name == DEFAULT_ENDPOINT_NAME
+        else "Change it in the admin."
+    )
+    if listing.answered:
+        return f"{head} answers but lists no models ({listing.problem}); sessions on it may fail. {where}"
+    return f"{head} does not answer ({listing.problem}); sessions on it will fail until it does. {where}"
+
 
 class Command(BaseCommand):
-    help = "Migrate, seed workspaces, the model endpoint and the first admin, then serve under Daphne."
+    help = (
+        "Migrate, seed workspaces, the default model endpoint and the first admin, say whether each model "
+        "endpoint answers, then serve under Daphne."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default=os.environ.get("CACHET_HOST", "127.0.0.1"))
@@ -38,6 +63,9 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Model endpoint {endpoint.name}: {endpoint.base_url} {endpoint.model or '(from /v1/models)'}"
         )
+        for found in endpoints_models(endpoint_list(), timeout=STARTUP_LIST_TIMEOUT, kept=0):
+            line = endpoint_line(found)
+            self.stdout.write(line if found.listing.listed else self.style.WARNING(line))
         if password is not None:
             self.stdout.write(
                 self.style.SUCCESS(f"Created the admin account. Log in at {url} as admin with password {password}")

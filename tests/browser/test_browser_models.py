@@ -1,0 +1,64 @@
+"""Models in the browser: a new session offers each endpoint's models, and a session moves to another model
+from its header; the chart marks the next request as a model change."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from chat.testing.scripted_server import ScriptedServer, Step
+from sessions_app.models import ChatSession, ModelEndpoint
+from tests.browser.browser_kit import Browser, World, in_thread, screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+expect.set_options(timeout=15_000)
+
+
+def test_switch_the_model_on_the_page_and_the_chart_marks_the_change(browser: Browser, world: World) -> None:
+    with ScriptedServer(model="alpha", listed=["alpha", "beta"]) as other:
+        endpoint = in_thread(
+            lambda: ModelEndpoint.objects.create(name="other", base_url=other.base_url, context_window=32768)
+        )
+        page = browser.page("ada")
+        page.click("#new-session")
+        groups = page.locator("select[name=endpoint] optgroup")
+        expect(groups).to_have_count(2)
+        expect(page.locator(f"select[name=endpoint] option[value='{endpoint.pk}:beta']")).to_have_count(1)
+        page.click("#start-session")
+        page.wait_for_url(re.compile(r"/sessions/\d+/$"))
+        session_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
+        expect(page.locator("#controls")).to_have_attribute("data-state", "idle")
+        expect(page.locator("#model-control .model-name")).to_have_text("scripted")
+        world.model.push(Step(text="One."))
+        page.fill("#composer-text", "First")
+        page.press("#composer-text", "Enter")
+        expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
+        expect(page.locator("#chart .chart-bar")).to_have_count(1)
+        expect(page.locator("#chart .axis.tokens .tick").first).to_have_text("8,192 tokens")
+
+        page.click("#model-control summary")
+        menu = page.locator("#model-form select[name=endpoint]")
+        expect(menu.locator("option:checked")).to_have_text("scripted")
+        menu.select_option(f"{endpoint.pk}:beta")
+        screenshot(page, "model-menu")
+        page.click("#model-use")
+        expect(page.locator("#model-control .model-name")).to_have_text("beta")
+        expect(page.locator("#notice")).to_contain_text(
+            "The model is now beta: the next request reads the conversation again."
+        )
+        expect(page.locator("#chart .axis.tokens .tick").first).to_have_text("32,768 tokens")
+
+        other.push(Step(text="Two, from beta."))
+        page.fill("#composer-text", "Second")
+        page.press("#composer-text", "Enter")
+        expect(page.locator("#turn-2")).to_have_attribute("data-status", "done")
+        bars = page.locator("#chart .chart-bar")
+        expect(bars).to_have_count(2)
+        expect(bars.nth(1).locator(".cause")).to_have_text("model change")
+        expect(bars.nth(1).locator("g.bar")).to_have_attribute("data-cause", "model_change")
+        screenshot(page, "model-change")
+        assert len(other.requests) == 1 and len(world.model.requests) == 1
+    session = in_thread(lambda: ChatSession.objects.select_related("endpoint").get(pk=session_id))
+    assert (session.endpoint.name, session.model_name) == ("other", "beta")

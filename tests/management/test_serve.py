@@ -1,0 +1,76 @@
+"""``manage.py serve --no-serve``: what it sets up and the lines it prints, which people script against."""
+
+from __future__ import annotations
+
+import io
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from chat.testing.scripted_server import ScriptedServer
+from sessions_app.models import ModelEndpoint, Workspace
+
+pytestmark = pytest.mark.django_db
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: connecting to it is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def serve(settings: Any, tmp_path: Path, *, url: str, model: str = "") -> list[str]:
+    settings.CACHET_WORKSPACES = ""
+    settings.CACHET_DATA = tmp_path
+    settings.STATIC_ROOT = tmp_path / "static"
+    settings.CACHET_MODEL_URL = url
+    settings.CACHET_MODEL = model
+    out = io.StringIO()
+    call_command("serve", "--no-serve", stdout=out)
+    return out.getvalue().splitlines()
+
+
+def test_serve_sets_up_and_prints_how_to_log_in(settings: Any, tmp_path: Path) -> None:
+    lines = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1")
+    assert any("Log in at http://127.0.0.1:8000/ as admin with password " in line for line in lines)
+    assert Workspace.objects.get().name == "scratch"
+    assert (tmp_path / "static" / "cachet" / "cachet.css").exists()
+
+
+def test_start_up_says_which_endpoints_answer_and_the_default_follows_the_environment(
+    settings: Any, tmp_path: Path
+) -> None:
+    dead = f"http://127.0.0.1:{closed_port()}/v1"
+    with ScriptedServer(model="alpha", listed=["alpha", "beta"]) as model:
+        ModelEndpoint.objects.create(name="gpu", base_url=dead, model="qwen3")
+        ModelEndpoint.objects.create(name="wrong-path", base_url=f"http://127.0.0.1:{model.port}/nothing")
+        first = serve(settings, tmp_path, url=model.base_url)
+        assert f"Model endpoint default: {model.base_url} (from /v1/models)" in first, "the line of before stays"
+        assert f"Model endpoint default: {model.base_url} answers, models: alpha, beta" in first
+        assert (
+            f"Model endpoint gpu: {dead} does not answer (connection refused); sessions on it will fail until it "
+            "does. Change it in the admin."
+        ) in first
+        assert (
+            f"Model endpoint wrong-path: http://127.0.0.1:{model.port}/nothing answers but lists no models "
+            "(HTTP 404: File Not Found: /nothing/models); sessions on it may fail. Change it in the admin."
+        ) in first
+        assert first.index(f"Model endpoint default: {model.base_url} answers, models: alpha, beta") < first.index(
+            f"Model endpoint gpu: {dead} does not answer (connection refused); sessions on it will fail until it "
+            "does. Change it in the admin."
+        ), "the default endpoint first"
+        second = serve(settings, tmp_path, url=dead, model="qwen3")
+    assert f"Model endpoint default: {dead} qwen3" in second
+    assert (
+        f"Model endpoint default: {dead} does not answer (connection refused); sessions on it will fail until it "
+        "does. Set CACHET_MODEL_URL or change it in the admin."
+    ) in second
+    assert sorted(ModelEndpoint.objects.values_list("name", "base_url", "model")) == [
+        ("default", dead, "qwen3"),
+        ("gpu", dead, "qwen3"),
+        ("wrong-path", f"http://127.0.0.1:{model.port}/nothing", ""),
+    ]
