@@ -22,9 +22,9 @@ class NothingToTakeBack(StoreError):
         super().__init__("There is no turn to take back.")
 
 
-class TurnNotFound(StoreError):
+class NoLiveTurnFrom(StoreError):
     def __init__(self, number: int) -> None:
-        super().__init__(f"This session has no live turn {number}.")
+        super().__init__(f"No live turn is left from turn {number} on; nothing was taken back.")
 
 
 class EmptySummary(StoreError):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from sessions_app.errors import NothingToTakeBack, ReplyInProgress, TurnNotFound
+from sessions_app.errors import NoLiveTurnFrom, NothingToTakeBack, ReplyInProgress
 from sessions_app.models import BreakCause, ChatSession, Generation, Result, Turn, TurnStatus
 from sessions_app.services.revisions import revision_next
 from sessions_app.services.turns import turn_restart
@@ -74,12 +74,13 @@ def turn_undo(*, session: ChatSession) -> TakenBack:
 
 @transaction.atomic
 def turn_rewind(*, session: ChatSession, number: int) -> TakenBack:
-    """Take back turn ``number`` and every later one."""
+    """Take back every live turn numbered ``number`` or later (turn ``number`` may already be taken back);
+    where none is left, nothing changes."""
     session = _lock(session)
-    live = _live(session)
-    if not any(turn.number == number for turn in live):
-        raise TurnNotFound(number)
-    return _take_back(session, [turn for turn in live if turn.number >= number], cause=BreakCause.REWIND)
+    turns = [turn for turn in _live(session) if turn.number >= number]
+    if not turns:
+        raise NoLiveTurnFrom(number)
+    return _take_back(session, turns, cause=BreakCause.REWIND)
 
 
 @transaction.atomic
