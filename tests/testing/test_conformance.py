@@ -44,7 +44,15 @@ PASSING = {
     "name": "the first message carries the date",
     "spec": "§10",
     "date": "2026-11-29",
-    "steps": [{"user": "hi", "expect": "hi\n\n<note>\nToday's date is 2026-11-29.\n</note>"}],
+    "steps": [
+        {
+            "user": "hi",
+            "expect_contains": [
+                "hi\n\n<note>\nYou are working in the workspace ",
+                "\n\nToday's date is 2026-11-29.\n</note>",
+            ],
+        }
+    ],
 }
 FAILING = {
     "name": "a case that expects the wrong text",
