@@ -420,7 +420,8 @@ class CaseRun:
 
 
 def _workspace_name(folder: Path) -> str:
-    """``workspace`` (so the system prompt is the same bytes in every run), unless a real one has the name."""
+    """``workspace`` (so the first message's note is the same bytes in every run), unless a real one has the
+    name."""
     return "workspace" if not Workspace.objects.filter(name="workspace").exists() else f"case-{folder.name}"
 
 

@@ -20,9 +20,10 @@ LAST_LINE = re.compile(r"^session=(\d+) turn=(\d+) requests=(\d+) prompt_tokens=
 def ask(*args: str) -> tuple[str, dict[str, int]]:
     out = io.StringIO()
     try:
-        call_command("ask", *args, stdout=out, stderr=io.StringIO())
+        err = io.StringIO()
+        call_command("ask", *args, stdout=out, stderr=err)
     except SystemExit as exit_:
-        assert exit_.code == 0, out.getvalue()
+        assert exit_.code == 0, out.getvalue() + "\nSTDERR " + err.getvalue()
     lines = out.getvalue().rstrip("\n").split("\n")
     match = LAST_LINE.match(lines[-1])
     assert match, lines[-1]
