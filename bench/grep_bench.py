@@ -72,6 +72,7 @@ def new_grep(root: str, pattern: str) -> list[str]:
         root=Path(root),
         config=config,
         mode="plan",
+        tools=("grep",),
         allow_commands=False,
         last_seen_sha=lambda path: None,
         recall=lambda number: None,

@@ -282,7 +282,7 @@ def run_operations(call: Call, operations: int, seconds: float | None = None) ->
 
 def tool_caller(workspace: Path) -> Call:
     """A function running one tool call of the Cachet found on ``sys.path`` in ``workspace``."""
-    from chat.tools import ToolContext, call_tool
+    from chat.tools import TOOLS, ToolContext, call_tool
     from sessions_app.hygiene.config import context_config
 
     root = Path(sys.modules["chat"].__file__ or ".").resolve().parent.parent
@@ -292,6 +292,7 @@ def tool_caller(workspace: Path) -> Call:
         root=workspace,
         config=config,
         mode="edit",
+        tools=tuple(tool.name for tool in TOOLS if tool.category != "command"),
         allow_commands=False,
         last_seen_sha=lambda path: None,
         recall=lambda number: None,

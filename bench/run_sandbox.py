@@ -88,6 +88,7 @@ def main() -> None:
             root=Path(folder).resolve(),
             config=config,
             mode="full",
+            tools=("run",),
             allow_commands=True,
             last_seen_sha=lambda path: None,
             recall=lambda number: None,

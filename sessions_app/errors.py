@@ -27,6 +27,11 @@ class TurnNotFound(StoreError):
         super().__init__(f"This session has no live turn {number}.")
 
 
+class NoLiveTurnFrom(StoreError):
+    def __init__(self, number: int) -> None:
+        super().__init__(f"No live turn is left from turn {number} on; nothing was taken back.")
+
+
 class NoSuchTurn(StoreError):
     def __init__(self, number: int) -> None:
         super().__init__(f"This session has no turn {number}.")

@@ -134,6 +134,8 @@ class Turn(models.Model):
     generation = models.ForeignKey(Generation, on_delete=models.RESTRICT, related_name="turns")
     words = models.TextField()
     message = models.TextField()
+    note_workspace = models.CharField(max_length=100, blank=True)
+    note_model = models.CharField(max_length=200, blank=True)
     note_date = models.CharField(max_length=10, blank=True)
     note_mode = models.CharField(max_length=8, blank=True)
     note_instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 - None: not mentioned, "": removed

@@ -53,15 +53,8 @@ def compact_task() -> str:
     return read_prompt("tasks/compact.md").replace("{{transcript}}", "").strip()
 
 
-def system_prompt(*, workspace_name: str, model_name: str, mode: str) -> str:
-    """The system prompt as it is frozen at a session's start: no date, no time, no counter."""
-    first_line = mode_text(mode).splitlines()[0]
-    text = read_prompt("system.md")
-    for key, value in (
-        ("{{workspace}}", workspace_name),
-        ("{{model}}", model_name),
-        ("{{mode}}", first_line),
-        ("{{context}}", read_prompt("blocks/context.md").strip()),
-    ):
-        text = text.replace(key, value)
+def system_prompt() -> str:
+    """The system prompt every session starts with: nothing session-specific in it (no workspace, model,
+    mode, date, time or counter), so sessions with the same tool list share it byte for byte."""
+    text = read_prompt("system.md").replace("{{context}}", read_prompt("blocks/context.md").strip())
     return text.strip() + "\n"

@@ -43,9 +43,14 @@ def endpoint() -> ModelEndpoint:
 
 @pytest.fixture
 def chat_session(user: Any, workspace: Workspace, endpoint: ModelEndpoint) -> ChatSession:
-    from sessions_app.services.sessions import session_start
-
-    return session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="scripted", tools=[])
+    """A session on ``workspace`` with the real tool list, whose endpoint answers nothing."""
+    return session_start(
+        owner=user,
+        workspace=workspace,
+        endpoint=endpoint,
+        model_name="scripted",
+        tools=tool_list(allow_commands=workspace.allow_commands),
+    )
 
 
 @pytest.fixture

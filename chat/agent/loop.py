@@ -52,7 +52,7 @@ from chat.agent.model_client import (
     ToolCallPiece,
 )
 from chat.agent.workspace import read_instructions, restore_files, tool_context
-from chat.tools import call_tool
+from chat.tools import ToolContext, call_tool
 from sessions_app import prompts
 from sessions_app.errors import EmptySummary, StoreError, person_message
 from sessions_app.hygiene import PriorResult
@@ -385,8 +385,7 @@ class ReplyLoop:
             for call in step.tool_calls:
                 if self.cancel.is_set():
                     break
-                mode = ChatSession.objects.values_list("mode", flat=True).get(pk=session.pk)
-                arguments, outcome = call_tool(call["name"], call["arguments"], replace(context, mode=mode))
+                arguments, outcome = call_tool(call["name"], call["arguments"], _as_now(context, session))
                 result = result_insert(
                     turn=turn,
                     step=step,
@@ -420,6 +419,15 @@ def _finish(request: ModelRequest, got: Completion | None, *, started: float, er
         timings=got.timings if got else None,
         error=error,
     )
+
+
+def _as_now(context: ToolContext, session: ChatSession) -> ToolContext:
+    """``context`` with the session's mode and its workspace's permissions as they are now: either can
+    change while a reply runs, and a call obeys what holds when it runs."""
+    mode, allow_commands, allow_network = ChatSession.objects.values_list(
+        "mode", "workspace__allow_commands", "workspace__allow_network"
+    ).get(pk=session.pk)
+    return replace(context, mode=mode, allow_commands=allow_commands, allow_network=allow_network)
 
 
 def _partial_text(error: ModelError) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -11,7 +12,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
-from chat.tools import Sandbox, ToolContext, ToolError
+from chat.tools import Sandbox, ToolContext, ToolError, listed_names
 from chat.tools.context import never_cancelled
 from chat.tools.paths import Resolved, Root
 from chat.tools.writes import PendingWrite, commit
@@ -19,7 +20,7 @@ from sessions_app import prompts
 from sessions_app.hygiene import PriorResult, format_id, last_seen_sha
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import ChatSession, Result
-from sessions_app.selectors.sessions import stored_full_text
+from sessions_app.selectors.sessions import current_generation, stored_full_text
 
 INSTRUCTIONS_FILE = "AGENTS.md"
 
@@ -35,6 +36,7 @@ def workspace_context(session: ChatSession, *, config: ContextConfig | None = No
         root=workspace_root(session),
         config=config or prompts.rules_config(),
         mode=session.mode,
+        tools=listed_names(json.loads(current_generation(session).tools_json)),
         allow_commands=session.workspace.allow_commands,
         last_seen_sha=lambda abs_path: None,
         recall=lambda number: stored_full_text(session, number),

@@ -419,9 +419,16 @@ class CaseRun:
         return StepText("")
 
 
-def _workspace_name(folder: Path) -> str:
-    """``workspace`` (so the system prompt is the same bytes in every run), unless a real one has the name."""
-    return "workspace" if not Workspace.objects.filter(name="workspace").exists() else f"case-{folder.name}"
+CASE_WORKSPACE = "workspace"
+
+
+def _case_workspace(root: Path, *, commands: bool) -> Workspace:
+    """The case's workspace, always named ``workspace`` so the first message's note is the same bytes in every
+    run: a real workspace of that name is renamed inside the case's transaction, which is rolled back."""
+    for existing in Workspace.objects.select_for_update().filter(name=CASE_WORKSPACE):
+        existing.name = f"{CASE_WORKSPACE}-{existing.pk}-kept"
+        existing.save(update_fields=["name"])
+    return Workspace.objects.create(name=CASE_WORKSPACE, folder=str(root), allow_commands=commands)
 
 
 def _user() -> Any:
@@ -442,11 +449,7 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
         config = prompts.rules_config(case.get("config"))
         with transaction.atomic():
             try:
-                workspace = Workspace.objects.create(
-                    name=_workspace_name(folder),
-                    folder=str(root),
-                    allow_commands=bool(case.get("commands", False)),
-                )
+                workspace = _case_workspace(root, commands=bool(case.get("commands", False)))
                 endpoint, _ = ModelEndpoint.objects.get_or_create(
                     name="conformance", defaults={"base_url": "http://127.0.0.1:9/v1", "model": "conformance"}
                 )

@@ -11,7 +11,7 @@ from .patch import apply_patch
 from .paths import resolve_in_workspace
 from .read import read
 from .recall import recall
-from .registry import MODE_CATEGORIES, TOOLS, TOOLS_BY_NAME, Tool, call_tool, offered, tool_list
+from .registry import MODE_CATEGORIES, TOOLS, TOOLS_BY_NAME, Tool, call_tool, listed_names, offered, tool_list
 from .run import run
 from .search import glob, grep
 
@@ -29,6 +29,7 @@ __all__ = [
     "glob",
     "grep",
     "list_",
+    "listed_names",
     "multiedit",
     "offered",
     "read",

@@ -29,12 +29,15 @@ class Sandbox:
 
 @dataclass(frozen=True)
 class ToolContext:
-    """The session's side of a tool call. ``root`` is the workspace folder, already resolved; a tool that
-    can run long (``grep``) polls ``cancelled`` and ends when it turns true (Stop)."""
+    """The session's side of a tool call. ``root`` is the workspace folder, already resolved; ``tools`` the
+    names of the tools the session lists (fixed when it started); ``allow_commands`` whether the workspace
+    allows commands now. A tool that can run long (``grep``) polls ``cancelled`` and ends when it turns
+    true (Stop)."""
 
     root: Path
     config: ContextConfig
     mode: str
+    tools: tuple[str, ...]
     allow_commands: bool
     last_seen_sha: Callable[[str], str | None]
     recall: Callable[[int], str | None]

@@ -34,7 +34,7 @@ def _target(given: object) -> int | None:
     if isinstance(given, bool):
         return None
     if isinstance(given, int):
-        return parse_id(str(given)) if given > 0 else None
+        return parse_id(str(given)) if given >= 0 else None
     if isinstance(given, str):
         return parse_id(given)
     return None

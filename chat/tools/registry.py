@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -69,15 +69,25 @@ def tool_list(*, allow_commands: bool) -> list[dict[str, Any]]:
     return [json.loads(json.dumps(tool.schema)) for tool in offered(allow_commands=allow_commands)]
 
 
+def listed_names(tools: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The names of the tools in a ``tools`` list as the request sends it, in its order."""
+    return tuple(str(tool["function"]["name"]) for tool in tools)
+
+
 def call_tool(name: str, raw_arguments: str, ctx: ToolContext) -> tuple[object, Outcome]:
-    """Run one call: (its arguments parsed, or the raw string when not JSON; its outcome)."""
+    """Run one call: (its arguments parsed, or the raw string when not JSON; its outcome).
+
+    A tool the session does not list is unknown; one it lists whose requirement is not met now (a mode
+    that forbids it, a workspace whose commands were switched off) answers its ``unavailable`` text.
+    """
     arguments, problem = _parse(name, raw_arguments, ctx)
     config = ctx.config
-    tools = offered(allow_commands=ctx.allow_commands)
     tool = TOOLS_BY_NAME.get(name)
-    if tool is None or tool not in tools:
-        names = ", ".join(item.name for item in tools)
+    if tool is None or name not in ctx.tools:
+        names = ", ".join(ctx.tools)
         return arguments, ErrorOutcome(one_line(config.error("unknown_tool", tool=name, tools=names)))
+    if tool.category == "command" and not ctx.allow_commands:
+        return arguments, ErrorOutcome(one_line(config.unavailable["commands_off"].format(tool=name)))
     if tool.category not in MODE_CATEGORIES.get(ctx.mode, frozenset({"read"})):
         return arguments, ErrorOutcome(one_line(config.unavailable[name].format(mode=ctx.mode)))
     if problem is not None or not isinstance(arguments, dict):

@@ -301,10 +301,14 @@ class TurnView:
     def notes(self) -> list[str]:
         """The note stored with the message, in a few words."""
         notes: list[str] = []
-        if self.turn.note_date:
-            notes.append(self.turn.note_date)
+        if self.turn.note_workspace:
+            notes.append(f"workspace {self.turn.note_workspace}")
+        if self.turn.note_model:
+            notes.append(f"model {self.turn.note_model}")
         if self.turn.note_mode:
             notes.append(f"mode {self.turn.note_mode}")
+        if self.turn.note_date:
+            notes.append(self.turn.note_date)
         if self.turn.note_instructions is not None:
             notes.append("AGENTS.md" if self.turn.note_instructions else "AGENTS.md removed")
         return notes

@@ -8,7 +8,7 @@ from .dedupe import READ_KINDS, Kind, PriorResult, args_key, newest_same_listing
 from .edits import last_seen_sha, render_edit, unannounced_reads
 from .ids import format_id, parse_id
 from .lines import count_lines, line_window
-from .notes import ComposedMessage, StatedContext, compose_message, stated_after
+from .notes import NOTHING_STATED, ComposedMessage, StatedContext, compose_message, stated_after
 from .outcomes import (
     EditOutcome,
     ErrorOutcome,
@@ -26,6 +26,7 @@ from .rendered import Rendered
 from .table import TableRead, compaction_table, system_prompt_with_summary
 
 __all__ = [
+    "NOTHING_STATED",
     "READ_KINDS",
     "CapLimits",
     "ComposedMessage",

@@ -47,7 +47,10 @@ def announce_stale(pending: dict[str, list[PriorResult]], abs_path: str, new_sha
 def render_edit(*, number: int, outcome: EditOutcome, table: Sequence[PriorResult], config: ContextConfig) -> Rendered:
     """One change under the result's bracket, or the id alone and each file under its own bracket, in order.
 
-    An update shows its diff, capped; a new file the ``created`` line; a deleted file its bracket alone.
+    An update shows its diff, capped; a new file its bracket and the ``created`` sentence on one line, as
+    the spec writes it (``[#0023 docs/new.md sha 52b6e3a0] Created, 14 lines.``); a deleted file its
+    bracket alone. The full text is the body without the result's own bracket (a single new file: the
+    sentence alone).
     Each is followed by a notice naming the reads of this reply that it made stale and no earlier edit
     announced: those whose content differs from the file's new content. An unchanged file names none.
     """
@@ -59,14 +62,20 @@ def render_edit(*, number: int, outcome: EditOutcome, table: Sequence[PriorResul
     stale: list[int] = []
     for change in outcome.changes:
         bracket = _file_bracket(change, None if several else full_id, config)
-        shown.append(bracket)
-        if several:
-            full.append(bracket)
-        body = _change_body(change, config)
-        if body:
-            capped = cap_text(body, full_id=full_id, limits=config.cap, config=config)
-            shown.append(capped if change.action == "update" else body)
-            full.append(body)
+        if change.action == "create":
+            created = config.text("created", lines=change.lines)
+            line = config.text("created_line", bracket=bracket, created=created)
+            shown.append(line)
+            full.append(line if several else created)
+        else:
+            shown.append(bracket)
+            if several:
+                full.append(bracket)
+            if change.action == "update":
+                diff = change.diff[: content_end(change.diff)]
+                if diff:
+                    shown.append(cap_text(diff, full_id=full_id, limits=config.cap, config=config))
+                    full.append(diff)
         announced = announce_stale(pending, change.abs_path, change.sha256)
         if announced:
             ids = ", ".join(format_id(stale_number, config.id_digits) for stale_number in announced)
@@ -93,11 +102,3 @@ def _file_bracket(change: FileChange, full_id: str | None, config: ContextConfig
     if change.action == "delete":
         return config.text("edit_deleted", id=full_id, path=change.path)
     return config.text("edit_bracket", id=full_id, path=change.path, sha=sha)
-
-
-def _change_body(change: FileChange, config: ContextConfig) -> str:
-    if change.action == "create":
-        return config.text("created", lines=change.lines)
-    if change.action == "update":
-        return change.diff[: content_end(change.diff)]
-    return ""

@@ -12,9 +12,11 @@ def format_id(number: int, digits: int) -> str:
 
 
 def parse_id(text: str) -> int | None:
-    """The number of an id given as hex, with or without ``#`` and leading zeros; ``None`` if not one."""
+    """The number of an id given as hex, with or without ``#`` and leading zeros; ``None`` if not one.
+
+    ``#0000`` is well formed (``0``): an id no session ever gives, not a malformed one.
+    """
     digits = text.strip().removeprefix(ID_MARK)
     if not digits or not set(digits) <= _HEX_DIGITS:
         return None
-    number = int(digits, 16)
-    return number if number > 0 else None
+    return int(digits, 16)

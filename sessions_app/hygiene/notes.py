@@ -1,4 +1,11 @@
-"""Notes (spec §10.3): what changed during a session goes at the end of the next user message."""
+"""Notes (spec §10.3): what the system prompt leaves out, and what changed since, goes at the end of a
+user message.
+
+The system prompt holds nothing session-specific, so the first message of a generation states the
+workspace, the model, the permission mode and the date; a later message states any of them (and the
+workspace's instructions) that differ from what the request being built last stated. The items of a
+note come in one fixed order: workspace, model, mode, date, instructions.
+"""
 
 from __future__ import annotations
 
@@ -9,60 +16,78 @@ from .config import ContextConfig
 
 @dataclass(frozen=True)
 class StatedContext:
-    """What the request being built last stated; ``instructions`` ``None``: none shown, or shown removed.
+    """What the request being built last stated; ``None``: not stated (``instructions``: none shown, or
+    shown removed). A generation starts from :data:`NOTHING_STATED`: its system prompt states none of it."""
 
-    A caller starts from the mode the system prompt states, and no date nor instructions.
-    """
+    workspace: str | None = None
+    model: str | None = None
+    mode: str | None = None
+    date: str | None = None
+    instructions: str | None = None
 
-    date: str | None
-    mode: str | None
-    instructions: str | None
+
+NOTHING_STATED = StatedContext()
 
 
 @dataclass(frozen=True)
 class ComposedMessage:
-    """A user message with its note; ``instructions_noted``: ``""`` removed, ``None`` not mentioned."""
+    """A user message with its note. Each ``*_noted`` is what the note states, ``None`` where it states
+    nothing of it; ``instructions_noted`` ``""`` says the instructions were removed."""
 
     text: str
-    date_noted: str | None
-    mode_noted: str | None
-    instructions_noted: str | None
+    workspace_noted: str | None = None
+    model_noted: str | None = None
+    mode_noted: str | None = None
+    date_noted: str | None = None
+    instructions_noted: str | None = None
 
 
 def compose_message(
     words: str,
     *,
     today: str,
+    workspace: str,
+    model: str,
     mode: str,
     mode_text: str,
     instructions: str | None,
     stated: StatedContext,
     config: ContextConfig,
 ) -> ComposedMessage:
-    """The person's ``words`` with a note of the date, mode and instructions that differ from ``stated``.
+    """The person's ``words`` with a note of what differs from ``stated``: the workspace's and the model's
+    names, the mode (``mode_text``, its file, as the body), the date and the workspace's instructions.
 
-    Instructions are compared and shown stripped; blank ones count as none.
+    An empty workspace or model name is not stated. Instructions are compared and shown stripped; blank
+    ones count as none.
     """
+    note = config.note
     items: list[str] = []
-    date_noted = mode_noted = instructions_noted = None
-    if stated.date != today:
-        date_noted = today
-        items.append(config.note["date"].format(date=today))
+    workspace_noted = model_noted = mode_noted = date_noted = instructions_noted = None
+    if workspace and stated.workspace != workspace:
+        workspace_noted = workspace
+        items.append(note["workspace"].format(workspace=workspace))
+    if model and stated.model != model:
+        model_noted = model
+        items.append(note["model"].format(model=model))
     if stated.mode != mode:
         mode_noted = mode
-        items.append(config.note["mode"].format(mode=mode, text=mode_text.strip()))
+        template = note["mode_start"] if stated.mode is None else note["mode"]
+        items.append(template.format(mode=mode, text=mode_text.strip()))
+    if stated.date != today:
+        date_noted = today
+        items.append(note["date"].format(date=today))
     current = _shown_instructions(instructions)
     if current != _shown_instructions(stated.instructions):
         if current is None:
             instructions_noted = ""
-            items.append(config.note["instructions_removed"])
+            items.append(note["instructions_removed"])
         else:
             instructions_noted = current
-            items.append(config.note["instructions"].format(text=current))
+            items.append(note["instructions"].format(text=current))
     text = words
     if items:
-        text = config.note["format"].format(message=words, body=config.note["separator"].join(items))
-    return ComposedMessage(text, date_noted, mode_noted, instructions_noted)
+        text = note["format"].format(message=words, body=note["separator"].join(items))
+    return ComposedMessage(text, workspace_noted, model_noted, mode_noted, date_noted, instructions_noted)
 
 
 def stated_after(stated: StatedContext, composed: ComposedMessage) -> StatedContext:
@@ -71,10 +96,16 @@ def stated_after(stated: StatedContext, composed: ComposedMessage) -> StatedCont
     if composed.instructions_noted is not None:
         instructions = composed.instructions_noted or None
     return StatedContext(
-        date=composed.date_noted if composed.date_noted is not None else stated.date,
-        mode=composed.mode_noted if composed.mode_noted is not None else stated.mode,
+        workspace=_newer(composed.workspace_noted, stated.workspace),
+        model=_newer(composed.model_noted, stated.model),
+        mode=_newer(composed.mode_noted, stated.mode),
+        date=_newer(composed.date_noted, stated.date),
         instructions=instructions,
     )
+
+
+def _newer(noted: str | None, earlier: str | None) -> str | None:
+    return noted if noted is not None else earlier
 
 
 def _shown_instructions(instructions: str | None) -> str | None:

@@ -32,7 +32,7 @@ def generation_create(
     config: ContextConfig | None = None,
 ) -> Generation:
     """A generation with its system prompt built now, as at a session's start, then frozen."""
-    base = prompts.system_prompt(workspace_name=session.workspace.name, model_name=model_name, mode=mode)
+    base = prompts.system_prompt()
     if summary:
         system = system_prompt_with_summary(base, summary=summary, table=table, config=config or prompts.rules_config())
     else:

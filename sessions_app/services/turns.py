@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from sessions_app import prompts
 from sessions_app.errors import ReplyInProgress
-from sessions_app.hygiene import StatedContext, compose_message
+from sessions_app.hygiene import NOTHING_STATED, ComposedMessage, StatedContext, compose_message, stated_after
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import ChatSession, Generation, Step, StepDraft, Turn, TurnStatus
 from sessions_app.selectors.sessions import history_turns, last_live_turn
@@ -18,15 +18,24 @@ from sessions_app.types import StoredCall
 
 
 def stated_context(session: ChatSession, *, generation: Generation) -> StatedContext:
-    """What the request being built last stated: the date, the mode and the workspace instructions."""
-    stated = StatedContext(date=None, mode=generation.mode, instructions=None)
-    for turn in history_turns(session, generation=generation).only("note_date", "note_mode", "note_instructions"):
-        stated = StatedContext(
-            date=turn.note_date or stated.date,
-            mode=turn.note_mode or stated.mode,
-            instructions=stated.instructions if turn.note_instructions is None else (turn.note_instructions or None),
-        )
+    """What the request being built last stated: the workspace, the model, the mode, the date and the
+    workspace's instructions (its system prompt states none of them)."""
+    stated = NOTHING_STATED
+    fields = ("note_workspace", "note_model", "note_mode", "note_date", "note_instructions")
+    for turn in history_turns(session, generation=generation).only(*fields):
+        stated = stated_after(stated, _stored_note(turn))
     return stated
+
+
+def _stored_note(turn: Turn) -> ComposedMessage:
+    return ComposedMessage(
+        "",
+        workspace_noted=turn.note_workspace or None,
+        model_noted=turn.note_model or None,
+        mode_noted=turn.note_mode or None,
+        date_noted=turn.note_date or None,
+        instructions_noted=turn.note_instructions,
+    )
 
 
 def _locked(session: ChatSession) -> ChatSession:
@@ -67,6 +76,8 @@ def turn_start(
     composed = compose_message(
         words,
         today=today,
+        workspace=session.workspace.name,
+        model=generation.model_name,
         mode=session.mode,
         mode_text=prompts.mode_text(session.mode),
         instructions=instructions,
@@ -86,6 +97,8 @@ def turn_start(
         generation=generation,
         words=words,
         message=storable(composed.text),
+        note_workspace=composed.workspace_noted or "",
+        note_model=composed.model_noted or "",
         note_date=composed.date_noted or "",
         note_mode=composed.mode_noted or "",
         note_instructions=composed.instructions_noted,
@@ -110,6 +123,8 @@ def turn_restart(*, session: ChatSession, like: Turn) -> Turn:
         generation_id=Generation.objects.get(session=session, number=session.generation_number).pk,
         words=like.words,
         message=like.message,
+        note_workspace=like.note_workspace,
+        note_model=like.note_model,
         note_date=like.note_date,
         note_mode=like.note_mode,
         note_instructions=like.note_instructions,

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from sessions_app.errors import AlreadyLive, EmptyMessage, NoSuchTurn, NothingToTakeBack, ReplyInProgress, TurnNotFound
+from sessions_app.errors import (
+    AlreadyLive,
+    EmptyMessage,
+    NoLiveTurnFrom,
+    NoSuchTurn,
+    NothingToTakeBack,
+    ReplyInProgress,
+    TurnNotFound,
+)
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import (
     BreakCause,
@@ -145,14 +153,13 @@ def turn_undo(*, session: ChatSession) -> TakenBack:
 
 @transaction.atomic
 def turn_rewind(*, session: ChatSession, number: int) -> TakenBack:
-    """Take back turn ``number`` and every later one."""
+    """Take back every live turn numbered ``number`` or later (turn ``number`` may already be taken back);
+    where none is left, nothing changes."""
     session = _lock(session)
-    live = _live(session)
-    if not any(turn.number == number for turn in live):
-        raise TurnNotFound(number)
-    return _take_back(
-        session, [turn for turn in live if turn.number >= number], by=TakenBackBy.REWIND, cause=BreakCause.REWIND
-    )
+    turns = [turn for turn in _live(session) if turn.number >= number]
+    if not turns:
+        raise NoLiveTurnFrom(number)
+    return _take_back(session, turns, by=TakenBackBy.REWIND, cause=BreakCause.REWIND)
 
 
 @transaction.atomic

@@ -27,7 +27,7 @@ def ask(*args: str) -> tuple[str, dict[str, int]]:
         err = io.StringIO()
         call_command("ask", *args, stdout=out, stderr=err)
     except SystemExit as exit_:
-        assert exit_.code == 0, out.getvalue() + err.getvalue()
+        assert exit_.code == 0, out.getvalue() + "\nSTDERR " + err.getvalue()
     lines = out.getvalue().rstrip("\n").split("\n")
     match = LAST_LINE.match(lines[-1])
     assert match, lines[-1]

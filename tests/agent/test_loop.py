@@ -10,22 +10,27 @@ from typing import Any
 
 import pytest
 
-from chat.agent.events import BranchFlipped, TextDelta, TurnEnded
+from chat.agent.events import BranchFlipped, ResultStored, TextDelta, TurnEnded
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Timeouts
 from chat.testing.scripted_server import ScriptedServer, Step
+from chat.tools import tool_list
 from sessions_app.errors import ReplyInProgress
 from sessions_app.models import (
     BreakCause,
     ChatSession,
     Generation,
+    ModelEndpoint,
     ModelRequest,
     RequestKind,
     Result,
     Turn,
     TurnStatus,
+    Workspace,
 )
+from sessions_app.selectors.requests import build_request
 from sessions_app.services.locks import reply_lock
+from sessions_app.services.sessions import session_start
 from sessions_app.services.turns import turn_start
 from tests.agent.loop_helpers import run
 
@@ -503,7 +508,7 @@ def test_forbidden_and_unknown_calls_still_take_ids(
     result = Result.objects.get(turn=turn)
     assert result.inserted_text.startswith("[#0001] write is not available in plan mode")
     assert not (workspace_dir / "x.txt").exists()
-    assert "The permission mode is now plan" in turn.message
+    assert "The permission mode is plan: you can read and search" in turn.message
 
 
 def test_step_limit_ends_the_reply(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
@@ -564,3 +569,101 @@ def test_unexpected_break_is_logged_loudly_in_debug(
     last = ModelRequest.objects.filter(session=scripted_session).order_by("-id")[0]
     assert last.break_cause == BreakCause.UNEXPECTED
     assert any("expected at least" in record.getMessage() for record in caplog.records)
+
+
+def _first_user_offset(session: ChatSession) -> int:
+    """Where the first user message starts in the request the session's last turn sent."""
+    turn = Turn.objects.filter(session=session).order_by("-number").first()
+    built = build_request(ChatSession.objects.get(pk=session.pk), current=turn, model_name=session.model_name)
+    return built.message_offsets[1]
+
+
+def test_sessions_in_other_workspaces_and_with_other_models_send_the_same_prefix(
+    scripted: ScriptedServer, user: Any, tmp_path: Path
+) -> None:
+    endpoint = ModelEndpoint.objects.create(
+        name="scripted", base_url=scripted.base_url, model="scripted", context_window=100_000
+    )
+    sessions = []
+    for name, model_name in (("alpha", "scripted"), ("beta-workspace", "scripted"), ("gamma", "other-model-7b")):
+        folder = tmp_path / name
+        folder.mkdir()
+        workspace = Workspace.objects.create(name=name, folder=str(folder.resolve()), allow_commands=True)
+        sessions.append(
+            session_start(
+                owner=user,
+                workspace=workspace,
+                endpoint=endpoint,
+                model_name=model_name,
+                tools=tool_list(allow_commands=True),
+                mode="plan" if name == "gamma" else "edit",
+            )
+        )
+    scripted.push(Step(text="one"), Step(text="two"), Step(text="three"))
+    for session in sessions:
+        run(_loop(session).send("hi", date="2026-11-29"))
+    alpha, beta, gamma = scripted.requests
+    offsets = [_first_user_offset(session) for session in sessions]
+    assert offsets[0] == offsets[1]
+    assert alpha[: offsets[0]] == beta[: offsets[1]]
+    assert alpha[: offsets[0]].endswith(b'"},')
+    # past the request's own "model" field, another model sends the same bytes too
+    assert alpha[alpha.index(b',"stream"') : offsets[0]] == gamma[gamma.index(b',"stream"') : offsets[2]]
+    first = [_messages(body)[1]["content"] for body in (alpha, beta, gamma)]
+    assert first[0] == first[1].replace("beta-workspace", "alpha")
+    assert first[2].startswith(
+        'hi\n\n<note>\nYou are working in the workspace "gamma".\n\nYou are the model other-model-7b.\n\n'
+        "The permission mode is plan: you can read and search the workspace"
+    )
+    assert first[2].endswith("\n\nToday's date is 2026-11-29.\n</note>")
+    assert len({generation.system_prompt for generation in Generation.objects.all()}) == 1
+
+
+def test_a_model_change_is_stated_on_the_next_message(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
+    from sessions_app.services.sessions import session_change_model
+
+    scripted.push(Step(text="one"), Step(text="two"), Step(text="three"))
+    first = run(_loop(scripted_session).send("one", date="2026-11-29")).turn
+    assert "You are the model scripted." in first.message
+    session_change_model(session=scripted_session, endpoint=scripted_session.endpoint, model_name="bigger-model")
+    second = run(_loop(scripted_session).send("two", date="2026-11-29")).turn
+    assert second.message == "two\n\n<note>\nYou are the model bigger-model.\n</note>"
+    third = run(_loop(scripted_session).send("three", date="2026-11-29")).turn
+    assert third.message == "three"
+    bodies = scripted.requests
+    assert [json.loads(body)["model"] for body in bodies] == ["scripted", "bigger-model", "bigger-model"]
+    assert len({_messages(body)[0]["content"] for body in bodies}) == 1
+    assert _messages(bodies[2])[1:4] == _messages(bodies[1])[1:4]
+    causes = [r.break_cause for r in ModelRequest.objects.filter(session=scripted_session).order_by("id")]
+    assert causes == [BreakCause.FIRST, BreakCause.MODEL_CHANGE, ""]
+
+
+def test_commands_switched_off_mid_session_answer_the_unavailable_text(
+    scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path
+) -> None:
+    from sessions_app.services.sessions import session_set_mode
+
+    session_set_mode(session=scripted_session, mode="full")
+    scripted.push(
+        Step(tool_calls=[("run", {"command": "echo ran > first.txt"})]),
+        Step(tool_calls=[("run", {"command": "echo ran > second.txt"})]),
+        Step(text="done"),
+        Step(tool_calls=[("run", {"command": "echo ran > third.txt"})]),
+        Step(text="still off"),
+    )
+    switched = False
+    for event in _loop(scripted_session).send("run things"):
+        if isinstance(event, ResultStored) and not switched:
+            Workspace.objects.filter(pk=scripted_session.workspace_id).update(allow_commands=False)
+            switched = True
+    run(_loop(scripted_session).send("again"))
+    unavailable = (
+        "run is not available: commands are switched off for this workspace now. Say which command you would "
+        "run, so the person can run it."
+    )
+    results = list(Result.objects.filter(session=scripted_session).order_by("number"))
+    assert [result.inserted_text for result in results[1:]] == [f"[#0002] {unavailable}", f"[#0003] {unavailable}"]
+    assert (workspace_dir / "first.txt").exists()
+    assert not (workspace_dir / "second.txt").exists() and not (workspace_dir / "third.txt").exists()
+    tools = {json.dumps(json.loads(body)["tools"]) for body in scripted.requests}
+    assert len(tools) == 1 and '"name":"run"' in next(iter(tools)).replace(" ", "")

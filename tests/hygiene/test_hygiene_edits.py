@@ -62,10 +62,20 @@ def test_update_answers_the_diff_under_the_new_sha(config: ContextConfig) -> Non
 def test_create_and_delete(config: ContextConfig) -> None:
     reply = Reply(config)
     created = reply.call(0x23, EditOutcome((create("docs/new.md", SHA_C, 14),)))
-    assert created.inserted_text == "[#0023 docs/new.md sha 52b6e3a0]\nCreated, 14 lines."
+    assert created.inserted_text == "[#0023 docs/new.md sha 52b6e3a0] Created, 14 lines."
     assert created.full_text == "Created, 14 lines."
     deleted = reply.call(0x24, EditOutcome((delete("old.md"),)))
     assert deleted.inserted_text == "[#0024 old.md deleted]" and deleted.full_text == ""
+
+
+def test_the_stale_notice_follows_the_created_line(config: ContextConfig) -> None:
+    reply = Reply(config)
+    reply.call(1, read("docs/new.md", SHA_A))
+    created = reply.call(2, EditOutcome((create("docs/new.md", SHA_C, 14),)))
+    assert created.inserted_text == (
+        "[#0002 docs/new.md sha 52b6e3a0] Created, 14 lines.\nEarlier reads of this file are stale: #0001."
+    )
+    assert created.full_text == "Created, 14 lines.\nEarlier reads of this file are stale: #0001."
 
 
 def test_unchanged_content_is_the_bracket_alone(config: ContextConfig) -> None:
@@ -89,7 +99,7 @@ def test_several_files_in_the_patch_order(config: ContextConfig) -> None:
     rendered = Reply(config).call(0x25, patch)
     assert rendered.inserted_text == (
         "[#0025]\n[src/a.ts sha 7d0a91c3]\n@@ -1,2 +1,2 @@\n-a\n+b\n x\n"
-        "[docs/new.md sha 52b6e3a0]\nCreated, 14 lines.\n[old.md deleted]"
+        "[docs/new.md sha 52b6e3a0] Created, 14 lines.\n[old.md deleted]"
     )
     assert rendered.full_text == rendered.inserted_text.removeprefix("[#0025]\n")
     assert rendered.changed_files == (("/ws/src/a.ts", SHA_B), ("/ws/docs/new.md", SHA_C), ("/ws/old.md", ""))
@@ -162,4 +172,4 @@ def test_last_seen_sha(config: ContextConfig) -> None:
 def test_sha_of_real_content_is_shortened(config: ContextConfig) -> None:
     sha = hashlib.sha256(b"x\n").hexdigest()
     rendered = Reply(config).call(1, EditOutcome((create("x.txt", sha, 1),)))
-    assert rendered.inserted_text == f"[#0001 x.txt sha {sha[:8]}]\nCreated, 1 lines."
+    assert rendered.inserted_text == f"[#0001 x.txt sha {sha[:8]}] Created, 1 lines."

@@ -1,9 +1,16 @@
 from __future__ import annotations
 
-from sessions_app.hygiene import ComposedMessage, ContextConfig, StatedContext, compose_message, stated_after
+from sessions_app.hygiene import (
+    NOTHING_STATED,
+    ComposedMessage,
+    ContextConfig,
+    StatedContext,
+    compose_message,
+    stated_after,
+)
 
-PLAN = "Plan mode: read-only tools.\nMore words.\n"
-START = StatedContext(date=None, mode="edit", instructions=None)
+PLAN = "read-only tools.\nMore words.\n"
+KNOWN = StatedContext(workspace="ws", model="qwen", mode="edit", date="2026-11-29")
 
 
 def compose(
@@ -11,12 +18,16 @@ def compose(
     stated: StatedContext,
     *,
     today: str = "2026-11-29",
+    workspace: str = "ws",
+    model: str = "qwen",
     mode: str = "edit",
     instructions: str | None = None,
 ) -> ComposedMessage:
     return compose_message(
         "hello",
         today=today,
+        workspace=workspace,
+        model=model,
         mode=mode,
         mode_text=PLAN,
         instructions=instructions,
@@ -25,58 +36,85 @@ def compose(
     )
 
 
-def test_first_message_carries_the_date(config: ContextConfig) -> None:
-    composed = compose(config, START)
+def test_first_message_states_workspace_model_mode_and_date_in_that_order(config: ContextConfig) -> None:
+    composed = compose(config, NOTHING_STATED, mode="plan")
     assert composed == ComposedMessage(
-        "hello\n\n<note>\nToday's date is 2026-11-29.\n</note>", "2026-11-29", None, None
+        'hello\n\n<note>\nYou are working in the workspace "ws".\n\nYou are the model qwen.\n\n'
+        "The permission mode is plan: read-only tools.\nMore words.\n\nToday's date is 2026-11-29.\n</note>",
+        workspace_noted="ws",
+        model_noted="qwen",
+        mode_noted="plan",
+        date_noted="2026-11-29",
     )
+    assert stated_after(NOTHING_STATED, composed) == StatedContext("ws", "qwen", "plan", "2026-11-29", None)
+
+
+def test_the_first_note_is_the_same_but_for_the_names(config: ContextConfig) -> None:
+    one = compose(config, NOTHING_STATED, workspace="alpha", model="m1").text
+    other = compose(config, NOTHING_STATED, workspace="beta", model="m2").text
+    assert one.replace("alpha", "beta").replace("m1", "m2") == other
 
 
 def test_nothing_changed_is_the_words_alone(config: ContextConfig) -> None:
-    stated = StatedContext("2026-11-29", "edit", None)
-    assert compose(config, stated) == ComposedMessage("hello", None, None, None)
+    assert compose(config, KNOWN) == ComposedMessage("hello")
 
 
-def test_all_three_in_order(config: ContextConfig) -> None:
-    stated = StatedContext("2026-11-28", "edit", None)
+def test_a_new_model_is_stated_alone(config: ContextConfig) -> None:
+    composed = compose(config, KNOWN, model="llama")
+    assert composed == ComposedMessage("hello\n\n<note>\nYou are the model llama.\n</note>", model_noted="llama")
+    assert stated_after(KNOWN, composed) == StatedContext("ws", "llama", "edit", "2026-11-29", None)
+
+
+def test_a_renamed_workspace_is_stated_again(config: ContextConfig) -> None:
+    composed = compose(config, KNOWN, workspace="ws2")
+    assert composed.text == 'hello\n\n<note>\nYou are working in the workspace "ws2".\n</note>'
+    assert composed.workspace_noted == "ws2"
+
+
+def test_empty_names_are_not_stated(config: ContextConfig) -> None:
+    composed = compose(config, KNOWN, workspace="", model="")
+    assert composed == ComposedMessage("hello")
+
+
+def test_changes_in_order_and_the_mode_read_once(config: ContextConfig) -> None:
+    stated = StatedContext("ws", "qwen", "edit", "2026-11-28", None)
     composed = compose(config, stated, mode="plan", instructions="Use tabs.\n")
     assert composed.text == (
-        "hello\n\n<note>\nToday's date is 2026-11-29.\n\n"
-        "The permission mode is now plan: Plan mode: read-only tools.\nMore words.\n\n"
+        "hello\n\n<note>\nThe permission mode is now plan: read-only tools.\nMore words.\n\n"
+        "Today's date is 2026-11-29.\n\n"
         "The workspace's instructions (AGENTS.md) are now:\nUse tabs.\n</note>"
     )
-    assert (composed.date_noted, composed.mode_noted, composed.instructions_noted) == (
-        "2026-11-29",
+    assert (composed.mode_noted, composed.date_noted, composed.instructions_noted) == (
         "plan",
+        "2026-11-29",
         "Use tabs.",
     )
     after = stated_after(stated, composed)
-    assert after == StatedContext("2026-11-29", "plan", "Use tabs.")
+    assert after == StatedContext("ws", "qwen", "plan", "2026-11-29", "Use tabs.")
     assert compose(config, after, mode="plan", instructions="Use tabs.").text == "hello"
 
 
 def test_instructions_removed(config: ContextConfig) -> None:
-    stated = StatedContext("2026-11-29", "edit", "Use tabs.")
+    stated = StatedContext("ws", "qwen", "edit", "2026-11-29", "Use tabs.")
     composed = compose(config, stated)
     assert composed.text == (
         "hello\n\n<note>\nThe workspace has no AGENTS.md any more; its earlier instructions no longer apply.\n</note>"
     )
     assert composed.instructions_noted == ""
-    assert stated_after(stated, composed) == StatedContext("2026-11-29", "edit", None)
+    assert stated_after(stated, composed) == KNOWN
 
 
 def test_blank_instructions_count_as_none(config: ContextConfig) -> None:
-    stated = StatedContext("2026-11-29", "edit", None)
-    assert compose(config, stated, instructions="  \n").text == "hello"
+    assert compose(config, KNOWN, instructions="  \n").text == "hello"
 
 
 def test_changed_instructions_are_shown_again(config: ContextConfig) -> None:
-    stated = StatedContext("2026-11-29", "edit", "Use tabs.")
+    stated = StatedContext("ws", "qwen", "edit", "2026-11-29", "Use tabs.")
     composed = compose(config, stated, instructions="Use spaces.")
     assert composed.text.endswith("are now:\nUse spaces.\n</note>")
     assert compose(config, stated, instructions="Use tabs.\n").text == "hello"
 
 
-def test_stated_after_keeps_what_was_not_mentioned(config: ContextConfig) -> None:
-    stated = StatedContext("2026-11-29", "plan", "x")
-    assert stated_after(stated, ComposedMessage("hi", None, None, None)) == stated
+def test_stated_after_keeps_what_was_not_mentioned() -> None:
+    stated = StatedContext("ws", "qwen", "plan", "2026-11-29", "x")
+    assert stated_after(stated, ComposedMessage("hi")) == stated

@@ -6,14 +6,14 @@ import psycopg
 import pytest
 from django.db import DatabaseError, InterfaceError, OperationalError
 
-from sessions_app.errors import DATABASE_UNAVAILABLE, ReplyInProgress, TurnNotFound, person_message
+from sessions_app.errors import DATABASE_UNAVAILABLE, NoLiveTurnFrom, ReplyInProgress, person_message
 
 SOCKET = 'connection to server on socket "/srv/cachet/.cachet/pg/.s.PGSQL.5432" failed: No such file or directory'
 
 
 def test_store_errors_are_shown_as_they_are() -> None:
     assert person_message(ReplyInProgress()) == str(ReplyInProgress())
-    assert person_message(TurnNotFound(7)) == "This session has no live turn 7."
+    assert person_message(NoLiveTurnFrom(7)) == "No live turn is left from turn 7 on; nothing was taken back."
 
 
 @pytest.mark.parametrize(

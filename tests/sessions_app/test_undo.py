@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.apps import apps
 
-from sessions_app.errors import AlreadyLive, EmptyMessage, NoSuchTurn, ReplyInProgress, TurnNotFound
+from sessions_app.errors import AlreadyLive, EmptyMessage, NoLiveTurnFrom, NoSuchTurn, ReplyInProgress, TurnNotFound
 from sessions_app.models import BreakCause, ChatSession, Generation, TakenBackBy, Turn, TurnStatus
 from sessions_app.selectors.sessions import history_turns
 from sessions_app.services.compaction import compaction_apply
@@ -144,7 +144,7 @@ def test_undo_and_rewind_keep_their_meaning_within_the_live_branch(chat_session:
         said(chat_session, words)
     edit(chat_session, 2, "deux")  # turn 4
     branch_flip(session=chat_session, turn=2)
-    with pytest.raises(TurnNotFound):
+    with pytest.raises(NoLiveTurnFrom):
         turn_rewind(session=chat_session, number=4)
     assert [turn.number for turn in turn_undo(session=chat_session).turns] == [3]
     assert [turn.number for turn in turn_rewind(session=chat_session, number=2).turns] == [2]

@@ -44,7 +44,15 @@ PASSING = {
     "name": "the first message carries the date",
     "spec": "§10",
     "date": "2026-11-29",
-    "steps": [{"user": "hi", "expect": "hi\n\n<note>\nToday's date is 2026-11-29.\n</note>"}],
+    "steps": [
+        {
+            "user": "hi",
+            "expect_contains": [
+                "hi\n\n<note>\nYou are working in the workspace ",
+                "\n\nToday's date is 2026-11-29.\n</note>",
+            ],
+        }
+    ],
 }
 FAILING = {
     "name": "a case that expects the wrong text",
@@ -111,6 +119,18 @@ def test_a_case_is_rolled_back(tmp_path: Path) -> None:
     assert lines[-1] == "1 passed, 1 failed"
     assert (ChatSession.objects.count(), Turn.objects.count(), Result.objects.count()) == (0, 0, 0)
     assert Workspace.objects.count() == 0
+
+
+def test_cases_pass_where_a_real_workspace_is_named_workspace(tmp_path: Path) -> None:
+    real = Workspace.objects.create(name="workspace", folder=str(tmp_path))
+    case = {
+        "name": "the first note names the case's workspace",
+        "spec": "§10",
+        "steps": [{"user": "hi", "expect_contains": ['You are working in the workspace "workspace".']}],
+    }
+    code, lines, _ = run(write(tmp_path, "named.json", [case]))
+    assert (code, lines[-1]) == (0, "1 passed, 0 failed")
+    assert list(Workspace.objects.values_list("pk", "name")) == [(real.pk, "workspace")], "renamed only in the case"
 
 
 @pytest.mark.parametrize(

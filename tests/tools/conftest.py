@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from chat.tools import ToolContext
+from chat.tools import TOOLS, ToolContext
 from sessions_app.hygiene.config import ContextConfig, context_config
 
 LOOP_JSON = Path(__file__).resolve().parents[2] / "prompts" / "loop.json"
@@ -33,6 +33,7 @@ def make_ctx(ws: Path, config: ContextConfig) -> Callable[..., ToolContext]:
             "root": ws,
             "config": config,
             "mode": "full",
+            "tools": tuple(tool.name for tool in TOOLS),
             "allow_commands": True,
             "last_seen_sha": lambda path: None,
             "recall": lambda number: None,

@@ -4,12 +4,13 @@ import importlib
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chat.tools import ToolContext, call_tool, recall, tool_list
+from chat.tools import ToolContext, call_tool, listed_names, recall, tool_list
 from sessions_app.hygiene.outcomes import (
     EditOutcome,
     ErrorOutcome,
@@ -70,10 +71,28 @@ def test_unknown_tool(make_ctx: Callable[..., ToolContext]) -> None:
         "There is no tool named search. The tools are: read, list, glob, grep, recall, edit, multiedit, write, "
         "apply_patch, run."
     )
-    assert call_tool("run", '{"command": "true"}', make_ctx(allow_commands=False))[1] == ErrorOutcome(
+    without_run = make_ctx(tools=tuple(ALL[:-1]))
+    assert call_tool("run", '{"command": "true"}', without_run)[1] == ErrorOutcome(
         "There is no tool named run. The tools are: read, list, glob, grep, recall, edit, multiedit, write, "
         "apply_patch."
     )
+
+
+def test_the_session_list_decides_what_is_known_not_what_the_workspace_allows_now(
+    ws: Path, make_ctx: Callable[..., ToolContext]
+) -> None:
+    switched_off = make_ctx(allow_commands=False)
+    for mode in ("plan", "edit", "full"):
+        assert call_tool("run", '{"command": "touch ran"}', replace(switched_off, mode=mode))[1] == ErrorOutcome(
+            "run is not available: commands are switched off for this workspace now. Say which command you "
+            "would run, so the person can run it."
+        )
+    assert not (ws / "ran").exists()
+    allowed_later = make_ctx(tools=tuple(ALL[:-1]), allow_commands=True)
+    outcome = call_tool("run", '{"command": "touch ran"}', allowed_later)[1]
+    assert isinstance(outcome, ErrorOutcome) and outcome.message.startswith("There is no tool named run.")
+    assert not (ws / "ran").exists()
+    assert listed_names(tool_list(allow_commands=True)) == tuple(ALL)
 
 
 @pytest.mark.parametrize(
@@ -141,6 +160,12 @@ def test_recall_unknown_invalid_and_window(make_ctx: Callable[..., ToolContext])
     assert call_tool("recall", '{"id": "#ffff", "offset": 5, "limit": 9000}', ctx)[1] == RecallOutcome(
         0xFFFF, None, 5, 2000
     )
+    for never_given in ('"#0000"', '"0000"', '"0"', "0"):
+        assert call_tool("recall", f'{{"id": {never_given}}}', ctx)[1] == RecallOutcome(0, None, 1, 2000)
+    for malformed in ('"#zz"', "-1", "true", "1.5", '""'):
+        assert call_tool("recall", f'{{"id": {malformed}}}', ctx)[1] == ErrorOutcome(
+            "The argument id of recall must be a result id such as #0012."
+        )
     assert call_tool("recall", '{"id": "#zz"}', ctx)[1] == ErrorOutcome(
         "The argument id of recall must be a result id such as #0012."
     )

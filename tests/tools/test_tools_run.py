@@ -349,7 +349,7 @@ spec = json.loads(sys.stdin.read())
 with open(spec["loop"], encoding="utf-8") as handle:
     config = context_config(json.load(handle)["context"])
 ctx = ToolContext(
-    root=Path(spec["root"]), config=config, mode="full", allow_commands=True,
+    root=Path(spec["root"]), config=config, mode="full", tools=("run",), allow_commands=True,
     last_seen_sha=lambda path: None, recall=lambda number: None, sandbox=Sandbox(max_processes=spec["limit"]),
 )
 _, outcome = call_tool("run", json.dumps({"command": spec["command"], "timeout": spec["timeout"]}), ctx)
@@ -427,7 +427,7 @@ from sessions_app.hygiene.config import context_config
 with open(sys.argv[1], encoding="utf-8") as handle:
     config = context_config(json.load(handle)["context"])
 ctx = ToolContext(
-    root=Path(sys.argv[2]), config=config, mode="full", allow_commands=True,
+    root=Path(sys.argv[2]), config=config, mode="full", tools=("run",), allow_commands=True,
     last_seen_sha=lambda path: None, recall=lambda number: None,
 )
 for _ in range(2):

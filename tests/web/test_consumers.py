@@ -294,7 +294,7 @@ async def test_undo_gives_the_words_back_and_rewind_checks_its_turn(
     assert got.removed == ["turn-2"]
     await until(communicator, got, idle)
     await communicator.send_json_to({"type": "rewind", "turn": 7})
-    await until(communicator, got, lambda m: "has no live turn 7" in json.dumps(m))
+    await until(communicator, got, lambda m: "No live turn is left from turn 7 on" in json.dumps(m))
     await until(communicator, got, idle)
     await communicator.send_json_to({"type": "rewind", "turn": "x"})
     await until(communicator, got, lambda m: "Rewind needs the number of a turn." in json.dumps(m))
