@@ -24,7 +24,7 @@ class LlamaServer:
 
     ``cache_ram_mib`` sizes the host-memory prompt cache (llama-server's ``--cache-ram``; 0 switches it off,
     ``None`` keeps the server's default, 8192 MiB) and ``slot_prompt_similarity`` is ``--slot-prompt-similarity``
-    (``None``: the default, 0.1).
+    (``None``: the default, 0.1). ``chat_template`` (jinja) replaces the model's own, as ``--chat-template-file``.
     """
 
     def __init__(
@@ -40,6 +40,7 @@ class LlamaServer:
         n_predict: int = -1,
         cache_ram_mib: int | None = None,
         slot_prompt_similarity: float | None = None,
+        chat_template: str | None = None,
     ) -> None:
         self.model_path = Path(model_path)
         self.ctx_size = ctx_size
@@ -51,6 +52,7 @@ class LlamaServer:
         self.n_predict = n_predict
         self.cache_ram_mib = cache_ram_mib
         self.slot_prompt_similarity = slot_prompt_similarity
+        self.chat_template = chat_template
         self._server: Any = None
         self._address = ""
 
@@ -78,6 +80,8 @@ class LlamaServer:
             params.cache_ram_mib = self.cache_ram_mib
         if self.slot_prompt_similarity is not None:
             params.slot_prompt_similarity = self.slot_prompt_similarity
+        if self.chat_template is not None:
+            params.chat_template = self.chat_template
         return params
 
     @property
