@@ -155,6 +155,7 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    request_queue_size = 256  # a hundred replies connect at once; the default backlog of 5 makes some wait 1 s
 
     def __init__(self, address: tuple[str, int], owner: ScriptedServer) -> None:
         self.owner = owner
