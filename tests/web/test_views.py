@@ -272,3 +272,27 @@ def test_the_whole_chart_page(ada: Client, live_session: ChatSession, model: Scr
     chatted(live_session, model)
     html = ada.get(f"/sessions/{live_session.pk}/chart").content.decode()
     assert html.count('<g class="bar"') == 2 and 'data-cause="first"' in html
+
+
+def test_search_sessions_as_a_page_and_as_htmx_results(
+    ada: Client, user: Any, other_user: Any, workspace: Workspace, endpoint: ModelEndpoint
+) -> None:
+    mine = session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="m", tools=[], title="t")
+    turn_start(session=mine, words="Why is the <b>zeppelin</b> flag ignored?", today="2026-11-29", instructions=None)
+    theirs = session_start(owner=other_user, workspace=workspace, endpoint=endpoint, model_name="m", tools=[])
+    turn_start(session=theirs, words="zeppelin too", today="2026-11-29", instructions=None)
+    page = ada.get("/", {"q": "zeppel"}).content.decode()
+    assert '<label for="search-q">Search sessions</label>' in page and 'value="zeppel"' in page
+    assert f'id="session-{mine.pk}"' in page and f'id="session-{theirs.pk}"' not in page
+    assert "&lt;b&gt;<mark>zeppel</mark>in&lt;/b&gt;" in page, "the snippet is escaped, only the marks are markup"
+    results = ada.get("/", {"q": "zeppelin", "workspace": "", "model": ""}, headers={"HX-Request": "true"})
+    html = results.content.decode()
+    assert html.startswith('<div id="session-results">') and "<html" not in html
+    assert "1 session matches" in html
+    assert "No session matches." in ada.get("/", {"q": "absent"}).content.decode()
+    other_model = session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="n", tools=[])
+    turn_start(session=other_model, words="zeppelin on n", today="2026-11-29", instructions=None)
+    by_model = ada.get("/", {"q": "zeppelin", "model": "n"}).content.decode()
+    assert f'id="session-{other_model.pk}"' in by_model and f'id="session-{mine.pk}"' not in by_model
+    listed = ada.get("/", {"model": "m", "workspace": str(workspace.pk)}).content.decode()
+    assert f'id="session-{mine.pk}"' in listed and f'id="session-{other_model.pk}"' not in listed
