@@ -17,5 +17,6 @@ urlpatterns = [
     path("sessions/<id:session_id>/models", views.session_models, name="session_models"),
     path("sessions/<id:session_id>/turns/", views.session_turns, name="session_turns"),
     path("sessions/<id:session_id>/turns/<id:number>/", views.session_turn, name="session_turn"),
+    path("sessions/<id:session_id>/turns/<id:number>/source", views.session_turn_source, name="session_turn_source"),
     path("sessions/<id:session_id>/results/<id:number>/", views.result_page, name="result"),
 ]

@@ -144,6 +144,17 @@ def session_turn(request: HttpRequest, session_id: int, number: int) -> HttpResp
 
 
 @login_required
+@require_GET
+def session_turn_source(request: HttpRequest, session_id: int, number: int) -> HttpResponse:
+    """A reply's markdown as the model wrote it, for its Copy button."""
+    session = _session(request, session_id)
+    turn = Turn.objects.filter(session=session, number=number).only("reply_text").first()
+    if turn is None:
+        raise Http404("No such turn.")
+    return HttpResponse(turn.reply_text, content_type="text/plain; charset=utf-8")
+
+
+@login_required
 @require_POST
 def session_rename_view(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _session(request, session_id)
