@@ -11,7 +11,7 @@ from django import forms
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from chat.agent.endpoints import FALLBACK_MODEL, EndpointModels, endpoint_models
-from sessions_app.models import ChatSession, Mode, ModelEndpoint, Workspace
+from sessions_app.models import ChatSession, Mode, ModelEndpoint, Theme, Workspace
 from sessions_app.selectors.sessions import endpoint_default, workspaces_for
 
 MODEL_MAX_LENGTH = 200
@@ -152,3 +152,7 @@ class ModelChangeForm(_ModelChoiceForm):
 
 class RenameForm(forms.Form):
     title = forms.CharField(max_length=200, required=False)
+
+
+class ThemeForm(forms.Form):
+    theme = forms.ChoiceField(choices=Theme.choices)
