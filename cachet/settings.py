@@ -101,6 +101,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "chat.web.context.theme",
             ],
             "libraries": {"chat_tags": "chat.web.templatetags"},
         },

@@ -328,3 +328,19 @@ class LastRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} last request"
+
+
+class Theme(models.TextChoices):
+    SYSTEM = "system", "As the system"
+    LIGHT = "light", "Off"
+    DARK = "dark", "On"
+
+
+class UserSetting(models.Model):
+    """What a person chose for how the pages look, kept with their account so it follows them."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="setting")
+    theme = models.CharField(max_length=10, choices=Theme.choices, default=Theme.SYSTEM)
+
+    def __str__(self) -> str:
+        return f"{self.user_id} settings"

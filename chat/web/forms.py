@@ -11,7 +11,7 @@ from django import forms
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from chat.agent.endpoints import FALLBACK_MODEL, EndpointModels, endpoint_models
-from sessions_app.models import ChatSession, Mode, ModelEndpoint, Workspace
+from sessions_app.models import ChatSession, Mode, ModelEndpoint, Theme, Workspace
 from sessions_app.selectors.search import QUERY_CHARS
 from sessions_app.selectors.sessions import endpoint_default, session_models, session_workspaces, workspaces_for
 
@@ -179,3 +179,7 @@ class SessionSearchForm(forms.Form):
         return (
             self.is_bound and self.is_valid() and any(self.cleaned_data.get(key) for key in ("q", "workspace", "model"))
         )
+
+
+class ThemeForm(forms.Form):
+    theme = forms.ChoiceField(choices=Theme.choices)

@@ -7,6 +7,7 @@ from chat.web import transfer, views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("settings/theme", views.theme_view, name="theme"),
     path("sessions/new", views.session_new, name="session_new"),
     path("sessions/<id:session_id>/", views.session_page, name="session"),
     path("sessions/<id:session_id>/rename", views.session_rename_view, name="session_rename"),

@@ -312,3 +312,36 @@ def test_search_sessions_as_a_page_and_as_htmx_results(
     assert f'id="session-{other_model.pk}"' in by_model and f'id="session-{mine.pk}"' not in by_model
     listed = ada.get("/", {"model": "m", "workspace": str(workspace.pk)}).content.decode()
     assert f'id="session-{mine.pk}"' in listed and f'id="session-{other_model.pk}"' not in listed
+
+
+def test_dark_mode_is_remembered_per_person_and_rendered_on_the_html_element(ada: Client, bob: Client) -> None:
+    assert '<html lang="en" data-theme="system">' in ada.get("/").content.decode()
+    assert ada.post("/settings/theme", {"theme": "dark"}, headers={"HX-Request": "true"}).status_code == 204
+    page = ada.get("/").content.decode()
+    assert '<html lang="en" data-theme="dark">' in page
+    assert '<option value="dark" selected>On</option>' in page
+    assert '<html lang="en" data-theme="system">' in bob.get("/").content.decode(), "Bob's pages are his own"
+    response = ada.post("/settings/theme", {"theme": "light", "next": "/sessions/new"})
+    assert (response.status_code, response["Location"]) == (302, "/sessions/new")
+    assert ada.post("/settings/theme", {"theme": "light", "next": "https://elsewhere.test/"})["Location"] == "/"
+    assert '<html lang="en" data-theme="light">' in ada.get("/").content.decode()
+
+
+def test_a_wrong_dark_mode_value_is_refused_and_changes_nothing(ada: Client) -> None:
+    ada.post("/settings/theme", {"theme": "dark"})
+    response = ada.post("/settings/theme", {"theme": "purple"})
+    assert response.status_code == 400
+    assert "system, light, dark" in response.content.decode()
+    assert 'data-theme="dark"' in ada.get("/").content.decode()
+    assert ada.get("/settings/theme").status_code == 405
+
+
+def test_the_login_page_follows_the_system(client: Client) -> None:
+    assert '<html lang="en" data-theme="system">' in client.get("/login/").content.decode()
+    assert client.post("/settings/theme", {"theme": "dark"})["Location"].startswith("/login/")
+
+
+def test_dark_mode_needs_the_csrf_token(user: Any) -> None:
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(user)
+    assert strict.post("/settings/theme", {"theme": "dark"}).status_code == 403
