@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import concurrent.futures
 import contextlib
 import inspect
 import itertools
@@ -433,6 +434,7 @@ class Side:
         return self.name == "new"
 
     def build(self, sizes: list[int], streaming: int, workspace: Path) -> None:
+        self.data.mkdir(parents=True, exist_ok=True)
         spec = self.data / "spec.json"
         spec.write_text(
             json.dumps(
@@ -519,28 +521,32 @@ def _pct(values: list[float], q: float) -> float:
 
 @dataclass
 class PageFigure:
-    seconds: list[float]
+    seconds: list[float]  # the first load, then the others
+    cpu_seconds: list[float]  # Daphne's CPU time for each
     size: int
     memory_mb: float
     status: int
     html: str = ""
 
 
-def measure_page(side: Side, session_id: int) -> PageFigure:
+def measure_page(side: Side, session_id: int, loads: int = 3) -> PageFigure:
     url = f"http://127.0.0.1:{side.port}/sessions/{session_id}/"
     seconds: list[float] = []
+    cpu: list[float] = []
     memory = 0.0
     size, status, html = 0, 0, ""
-    for _ in range(2):
+    for _ in range(loads):
         before = _rss_kb(side.pid, "VmRSS")
         with contextlib.suppress(OSError):
             Path(f"/proc/{side.pid}/clear_refs").write_text("5")
+        cpu_before = _cpu_seconds(side.pid)
         started = time.perf_counter()
         response = httpx.get(url, cookies={"sessionid": side.cookie}, timeout=600)
         seconds.append(time.perf_counter() - started)
+        cpu.append(_cpu_seconds(side.pid) - cpu_before)
         memory = max(memory, (_rss_kb(side.pid, "VmHWM") - before) / 1024)
         size, status, html = len(response.content), response.status_code, response.text
-    return PageFigure(seconds, size, memory, status, html)
+    return PageFigure(seconds, cpu, size, memory, status, html)
 
 
 @dataclass
@@ -610,6 +616,7 @@ class GapFigure:
     gaps_ms: list[float]
     ok: bool
     via_tab: bool
+    cpu_ms_per_step: float
 
 
 async def measure_gap(side: Side, session_id: int, model_port: int, turns: int) -> GapFigure:
@@ -621,6 +628,7 @@ async def measure_gap(side: Side, session_id: int, model_port: int, turns: int) 
         tab = None
     gaps: list[float] = []
     ok = True
+    cpu_before = _cpu_seconds(side.pid)
     for _ in range(turns):
         await _model_times(model_port)
         words = "BENCH-TOOLS: read them"
@@ -645,7 +653,8 @@ async def measure_gap(side: Side, session_id: int, model_port: int, turns: int) 
         )
     if tab is not None:
         await tab.close()
-    return GapFigure(gaps, ok, via_tab=tab is not None)
+    cpu = _cpu_seconds(side.pid) - cpu_before  # with ``ask`` the steps run elsewhere: not counted
+    return GapFigure(gaps, ok, via_tab=tab is not None, cpu_ms_per_step=cpu * 1000 / (turns * TOOL_STEPS))
 
 
 @dataclass
@@ -795,7 +804,8 @@ def run_side(side: Side, sizes: list[int], streams: list[int], gap_turns: int, m
             page = measure_page(side, session_id)
             figures.pages[size] = page
             print(
-                f"  {side.name} page {size} turns: {page.seconds[0]:.3f}s / {page.seconds[1]:.3f}s, "
+                f"  {side.name} page {size} turns: {page.seconds[0]:.3f}s then {_again(page.seconds):.3f}s (CPU "
+                f"{page.cpu_seconds[0]:.3f}s then {_again(page.cpu_seconds):.3f}s), "
                 f"{page.size / 1e6:.2f} MB, +{page.memory_mb:.0f} MB, HTTP {page.status}",
                 flush=True,
             )
@@ -814,7 +824,8 @@ def run_side(side: Side, sizes: list[int], streams: list[int], gap_turns: int, m
             figures.gap = asyncio.run(measure_gap(side, largest, model_port, gap_turns))
         print(
             f"  {side.name} gap: p50 {_pct(figures.gap.gaps_ms, 0.5):.1f} ms, p95 "
-            f"{_pct(figures.gap.gaps_ms, 0.95):.1f} ms (n={len(figures.gap.gaps_ms)}, ok={figures.gap.ok})",
+            f"{_pct(figures.gap.gaps_ms, 0.95):.1f} ms (n={len(figures.gap.gaps_ms)}, ok={figures.gap.ok}), "
+            f"Daphne CPU {figures.gap.cpu_ms_per_step:.1f} ms/step",
             flush=True,
         )
         for count in streams:
@@ -833,6 +844,11 @@ def run_side(side: Side, sizes: list[int], streams: list[int], gap_turns: int, m
     finally:
         side.stop()
     return figures
+
+
+def _again(values: list[float]) -> float:
+    """The median of the loads after the first."""
+    return statistics.median(values[1:]) if len(values) > 1 else values[0]
 
 
 def _ms(value: float) -> str:
@@ -871,10 +887,16 @@ def report(results: dict[str, SideFigures], sizes: list[int], streams: list[int]
     for size in sizes:
         po, pn = old.pages.get(size), new.pages.get(size)
         _row(
-            f"page, {size} turns: time (first, again)",
-            f"{_ms(po.seconds[0] * 1000)}, {_ms(po.seconds[1] * 1000)}" if po else "—",
-            f"{_ms(pn.seconds[0] * 1000)}, {_ms(pn.seconds[1] * 1000)}" if pn else "—",
-            _ratio(po.seconds[0], pn.seconds[0]) if po and pn else "—",
+            f"page, {size} turns: time (first, then median)",
+            f"{_ms(po.seconds[0] * 1000)}, {_ms(_again(po.seconds) * 1000)}" if po else "—",
+            f"{_ms(pn.seconds[0] * 1000)}, {_ms(_again(pn.seconds) * 1000)}" if pn else "—",
+            _ratio(_again(po.seconds), _again(pn.seconds)) if po and pn else "—",
+        )
+        _row(
+            f"page, {size} turns: server CPU (first, then median)",
+            f"{_ms(po.cpu_seconds[0] * 1000)}, {_ms(_again(po.cpu_seconds) * 1000)}" if po else "—",
+            f"{_ms(pn.cpu_seconds[0] * 1000)}, {_ms(_again(pn.cpu_seconds) * 1000)}" if pn else "—",
+            _ratio(_again(po.cpu_seconds), _again(pn.cpu_seconds)) if po and pn else "—",
         )
         _row(
             f"page, {size} turns: bytes",
@@ -896,6 +918,9 @@ def report(results: dict[str, SideFigures], sizes: list[int], streams: list[int]
         vn = _pct(new.gap.gaps_ms, q) if new.gap else nan
         _row(f"gap model → next request, {sizes[-1]} turns{how}, {label}", _ms(vo), _ms(vn), _ratio(vo, vn))
     _row("of which the read tool's own time, median", _ms(old.read_ms), _ms(new.read_ms))
+    cpu_old = old.gap.cpu_ms_per_step if old.gap and old.gap.via_tab else nan
+    cpu_new = new.gap.cpu_ms_per_step if new.gap else nan
+    _row("Daphne CPU per step", _ms(cpu_old), _ms(cpu_new), _ratio(cpu_old, cpu_new))
     for count in streams:
         so, sn = old.streams.get(count), new.streams.get(count)
         fo, fn = so or StreamFigure(count, [], [], nan, 0, 0, 0.0), sn or StreamFigure(count, [], [], nan, 0, 0, 0.0)
@@ -954,17 +979,17 @@ def main(argv: list[str] | None = None) -> None:
             trees = {"new": ROOT}
             if "old" in names:
                 trees["old"] = stack.enter_context(_old_tree(base))
-            for name in names:
-                side = Side(name, trees[name], base / f"{name}-data", model_url)
-                side.data.mkdir(parents=True)
-                started = time.monotonic()
-                side.build(sizes, max(streams), workspace)
-                print(
-                    f"{name}: built sessions of {sizes} turns and {max(streams)} more in "
-                    f"{time.monotonic() - started:.0f}s",
-                    flush=True,
-                )
-                results[name] = run_side(side, sizes, streams, gap_turns, model_port)
+            sides = [Side(name, trees[name], base / f"{name}-data", model_url) for name in names]
+            started = time.monotonic()
+            with concurrent.futures.ThreadPoolExecutor(len(sides)) as pool:  # both sides build at once
+                list(pool.map(lambda side: side.build(sizes, max(streams), workspace), sides))
+            print(
+                f"built sessions of {sizes} turns and {max(streams)} more per side in "
+                f"{time.monotonic() - started:.0f}s",
+                flush=True,
+            )
+            for side in sides:
+                results[side.name] = run_side(side, sizes, streams, gap_turns, model_port)
         report(results, sizes, streams)
     finally:
         shutil.rmtree(base, ignore_errors=True)
