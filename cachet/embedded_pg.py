@@ -37,15 +37,18 @@ def psql_path() -> Path:
     return Path(POSTGRES_BIN_PATH) / "psql"
 
 
-def embedded_server(data_dir: Path) -> EmbeddedServer:
+def embedded_server(data_dir: Path, *, check: bool = True) -> EmbeddedServer:
     """Start (or reuse) the Postgres in ``data_dir/pg`` with Cachet's database in it; once per process and
-    thread-safe. A server that has stopped since is started again."""
+    thread-safe. With ``check``, a server that has stopped since is started again; without, the address of
+    the one this process started is given as it was (connecting costs no look at its process)."""
     pgdata = (data_dir / "pg").resolve()
     with _lock:
         server = _servers.get(pgdata)
         if server is None:
             server = _start(data_dir, pgdata)
             _servers[pgdata] = server
+        elif not check:
+            return _address(server)
         elif not _running(pgdata):
             logger.warning("the embedded Postgres in %s has stopped; starting it again", pgdata)
             with server._lock:

@@ -56,6 +56,29 @@ def _running(session_id: int) -> bool:
     return reply_running(ChatSession(pk=session_id))
 
 
+# Messages that start a job or change the model: they need to know whether a reply runs.
+_ACTING = frozenset({"send", "undo", "rewind", "regenerate", "edit", "flip", "compact", "model"})
+
+
+@dataclass(frozen=True)
+class _Asker:
+    """Who sent a message, read afresh, with their session (``None``: not theirs or gone) and whether a reply
+    runs in it (asked only for messages that act)."""
+
+    user: Any
+    session: ChatSession | None
+    running: bool
+
+
+def _asker(scope: dict[str, Any], session_id: int, *, acting: bool) -> _Asker:
+    """Everything a message needs from the store, on one connection."""
+    user = get_user.func({**scope, "session": _fresh_session(scope)})
+    if not user.is_authenticated:
+        return _Asker(user, None, False)
+    session = session_get(owner=user, session_id=session_id)
+    return _Asker(user, session, session is not None and acting and _running(session_id))
+
+
 @dataclass(frozen=True)
 class _ModelChanged:
     ops: list[Op]
@@ -88,6 +111,7 @@ class NotFoundConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     session_id: int = 0
     joined: bool = False
+    running: bool = False  # whether a reply ran in the session when the message being handled came
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -139,15 +163,16 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         await self.receive_json(content)
 
     async def receive_json(self, content: dict[str, Any], **kwargs: Any) -> None:
-        user = await get_user({**self.scope, "session": _fresh_session(self.scope)})
-        if not user.is_authenticated:
+        kind = content.get("type")
+        asker = await database_sync_to_async(_asker)(self.scope, self.session_id, acting=kind in _ACTING)
+        if not asker.user.is_authenticated:
             await self.close(code=LOGGED_OUT)
             return
-        session = await database_sync_to_async(session_get)(owner=user, session_id=self.session_id)
+        session = asker.session
         if session is None:
             await self.close(code=NOT_FOUND)
             return
-        kind = content.get("type")
+        self.running = asker.running
         restore = _flag(content.get("restore"))
         if kind == "hello":
             await self.hello(content)
@@ -214,7 +239,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         await self.start(jobs.Edit(turn=number, words=text.strip(), restore=restore))
 
     async def start(self, action: jobs.Action) -> bool:
-        if jobs.busy(self.session_id) or await database_sync_to_async(_running)(self.session_id):
+        if jobs.busy(self.session_id) or self.running:
             await self.notice("A reply is already running in this session; wait for it or stop it first.")
             return False
         await jobs.start(self.session_id, action, reply_to=self.channel_name)
@@ -236,7 +261,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def change_model(self, session: ChatSession, endpoint: object, model: object) -> None:
         """Move the session to another endpoint or model, between replies; every tab of it shows the change."""
-        if await database_sync_to_async(_running)(self.session_id):
+        if self.running:
             await self.notice(MODEL_REFUSED_RUNNING)
             return
         try:

@@ -93,6 +93,7 @@ class Relay:
         self._items: collections.deque[_Item] = collections.deque()
         self._wake = asyncio.Event()
         self._closed = False
+        self._waiting = False  # the relay waits for items: the next put wakes it
         self._task: asyncio.Task[None] | None = None
         self.turn = 0
         self.step = 0
@@ -105,7 +106,9 @@ class Relay:
 
     def put(self, item: _Item) -> None:
         self._items.append(item)
-        self.loop.call_soon_threadsafe(self._wake.set)
+        if self._waiting:  # only an idle relay is woken: one gathering deltas takes them at its deadline
+            self._waiting = False
+            self.loop.call_soon_threadsafe(self._wake.set)
 
     def close(self) -> None:
         self._closed = True
@@ -127,8 +130,12 @@ class Relay:
 
     async def _run(self) -> None:
         while True:
-            await self._wake.wait()
-            self._wake.clear()
+            if not self._items and not self._closed:
+                self._waiting = True
+                if not self._items and not self._closed:  # looked at again once a put can see the flag
+                    self._wake.clear()
+                    await self._wake.wait()
+                self._waiting = False
             while self._items:
                 item = self._items.popleft()
                 if isinstance(item, _Delta):
@@ -169,6 +176,8 @@ class Relay:
                 remaining = deadline - time.monotonic()
                 if head is not None or remaining <= 0 or self._closed:
                     break
+                # Puts meanwhile do not wake the loop (one wake-up per piece cost more than the rest of its
+                # relay); only close() does, else the deadline.
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), remaining)
@@ -186,8 +195,6 @@ class Relay:
             calls=calls,
         ):
             await self._send(message, None)
-        if self._items:
-            self._wake.set()
 
     async def _snapshot(self, reply_to: str) -> None:
         if not self.turn:

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, Turn
 from sessions_app.selectors.requests import BuiltRequest, PreviousRequest
+from sessions_app.services.durability import commit_without_waiting_for_disk
 from sessions_app.text import storable, storable_json
 from sessions_app.types import PendingBreak
 
@@ -91,6 +92,7 @@ def request_record_start(
 ) -> tuple[ModelRequest, PreviousRequest]:
     """Write the request's row before it is sent, with its prefix verdict against ``previous``; the
     request becomes what the next one is compared with."""
+    commit_without_waiting_for_disk()
     verdict = prefix_verdict(
         previous=previous.body,
         built=built,
@@ -139,6 +141,7 @@ def request_record_finish(
     error: str = "",
 ) -> ModelRequest:
     """Complete the row with what the server reported; an ``error`` marks it failed."""
+    commit_without_waiting_for_disk()
     request.prompt_tokens = prompt_tokens
     request.cached_tokens = cached_tokens
     request.completion_tokens = completion_tokens

@@ -12,6 +12,7 @@ from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import ChatSession, Generation, Step, StepDraft, Turn, TurnStatus
 from sessions_app.selectors.sessions import history_turns, last_live_turn
 from sessions_app.selectors.turns import turn_draft_text, turn_reply_text
+from sessions_app.services.durability import commit_without_waiting_for_disk
 from sessions_app.services.revisions import revision_next
 from sessions_app.text import storable, storable_or_none
 from sessions_app.types import StoredCall
@@ -136,6 +137,7 @@ def turn_restart(*, session: ChatSession, like: Turn) -> Turn:
 @transaction.atomic
 def step_draft_save(*, turn: Turn, number: int, text: str, reasoning: str) -> None:
     """Keep what step ``number`` has streamed so far, so a crash loses at most what came since."""
+    commit_without_waiting_for_disk()
     StepDraft.objects.update_or_create(
         turn=turn, number=number, defaults={"text": storable(text), "reasoning": storable(reasoning)}
     )

@@ -1,0 +1,19 @@
+"""Commits that need not wait for the disk: what they write is bookkeeping that the next write makes whole.
+
+A commit waits until Postgres has flushed its WAL to disk (measured here: about 4 ms, against 0.5 ms
+without). For a model request's row, the last request's body and a step's draft text, Cachet does not
+wait: Postgres still applies commits in order (the next commit that waits flushes these too), so
+nothing can be half-written; a crash of Postgres or of the machine itself (not of Cachet) within about
+0.6 s can lose such a row, as a crash of Cachet loses the last second of a draft. The person's
+message, the steps, the tool results and the turn's end are committed as always.
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+
+
+def commit_without_waiting_for_disk() -> None:
+    """Let the current transaction's commit return before its WAL reaches the disk."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL synchronous_commit = off")
