@@ -183,3 +183,17 @@ class SessionSearchForm(forms.Form):
 
 class ThemeForm(forms.Form):
     theme = forms.ChoiceField(choices=Theme.choices)
+
+
+class ImportForm(forms.Form):
+    """A session exported as JSON, and the workspace (one the person may use) to bring it into."""
+
+    file = forms.FileField(label="Exported JSON file", widget=forms.ClearableFileInput(attrs={"accept": ".json"}))
+    workspace = forms.ModelChoiceField(queryset=Workspace.objects.none(), empty_label=None)
+
+    def __init__(self, *args: Any, user: AbstractBaseUser | AnonymousUser, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "import-%s")
+        super().__init__(*args, **kwargs)
+        field = self.fields["workspace"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = workspaces_for(user=user)

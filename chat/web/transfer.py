@@ -13,15 +13,20 @@ from datetime import datetime
 from typing import IO
 
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.handlers.asgi import ASGIRequest
-from django.http import Http404, HttpRequest, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
 from chat.web.display import call_target, result_id, result_status, rows_queryset
+from chat.web.forms import ImportForm
+from chat.web.views import home_context
 from sessions_app.models import ChatSession, Result, Step, Turn, TurnStatus
 from sessions_app.selectors.exports import session_export
 from sessions_app.selectors.sessions import session_get
+from sessions_app.services.imports import ImportRejected, read_upload, session_import
 
 SPOOL_BYTES = 4 * 1024 * 1024
 BLOCK_BYTES = 64 * 1024
@@ -34,12 +39,13 @@ def export_filename(session: ChatSession, extension: str) -> str:
     return f"cachet-{session.pk}-{slug or 'session'}.{extension}"
 
 
-def _tool_line(step: Step, call: dict[str, str], result: Result | None) -> str:
+def _tool_line(call: dict[str, str], result: Result | None) -> str:
+    """A call as the page's row shows it: ``#0003 read src/app.py — lines 1-200 of 340``."""
     tool = str(call.get("name", ""))
     target = call_target(tool, str(call.get("arguments", "")))
-    if result is None:
-        return f"- `… {tool} {target} — not run`".replace("  ", " ")
-    return f"- `{result_id(result.number)} {tool} {target} — {result_status(result)}`".replace("  ", " ")
+    rid = result_id(result.number) if result is not None else "…"
+    status = result_status(result) if result is not None else "not run"
+    return "- `" + " ".join(part for part in (rid, tool, target) if part) + f" — {status}`"
 
 
 def _turn_markdown(turn: Turn, steps: list[Step], results: list[Result]) -> Iterator[str]:
@@ -50,7 +56,7 @@ def _turn_markdown(turn: Turn, steps: list[Step], results: list[Result]) -> Iter
         if step.text:
             stepped.append(step.text)
             yield f"\n{step.text}\n"
-        lines = [_tool_line(step, dict(call), by_call.get(str(call.get("id", "")))) for call in step.tool_calls]
+        lines = [_tool_line(dict(call), by_call.get(str(call.get("id", "")))) for call in step.tool_calls]
         if lines:
             yield "\n" + "\n".join(lines) + "\n"
     stepped_text = "\n\n".join(stepped)
@@ -145,3 +151,25 @@ def export_json(request: HttpRequest, session_id: int) -> StreamingHttpResponse:
     if chunks is None:
         raise Http404("No such session.")
     return download(request, chunks, filename=export_filename(session, "json"), content_type="application/json")
+
+
+@login_required
+@require_POST
+def import_session(request: HttpRequest) -> HttpResponse:
+    """Recreate an exported session for the person importing it, then open it; a bad file is refused with a
+    message on the session list, and nothing is stored."""
+    form = ImportForm(request.POST, request.FILES, user=request.user)
+    if form.is_valid():
+        upload = form.cleaned_data["file"]
+        try:
+            raw = read_upload(upload, size=upload.size or 0)
+            user = request.user
+            assert isinstance(user, User), "login_required lets only users through"
+            session = session_import(owner=user, workspace=form.cleaned_data["workspace"], raw=raw)
+        except ImportRejected as rejected:
+            form.add_error("file", str(rejected))
+        else:
+            return redirect("session", session_id=session.pk)
+    context = home_context(request)
+    context.update(import_form=form, import_open=True)
+    return render(request, "chat/home.html", context)

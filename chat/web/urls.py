@@ -9,6 +9,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("settings/theme", views.theme_view, name="theme"),
     path("sessions/new", views.session_new, name="session_new"),
+    path("sessions/import", transfer.import_session, name="session_import"),
     path("sessions/<id:session_id>/", views.session_page, name="session"),
     path("sessions/<id:session_id>/rename", views.session_rename_view, name="session_rename"),
     path("sessions/<id:session_id>/delete", views.session_delete_view, name="session_delete"),

@@ -15,7 +15,7 @@ from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.tools import tool_list
 from chat.web import fragments
 from chat.web.display import call_target, result_id, result_status, single_turn, transcript_page
-from chat.web.forms import ModelChangeForm, NewSessionForm, RenameForm, SessionSearchForm, ThemeForm
+from chat.web.forms import ImportForm, ModelChangeForm, NewSessionForm, RenameForm, SessionSearchForm, ThemeForm
 from chat.web.sync import chart_requests
 from sessions_app import prompts
 from sessions_app.hygiene import count_lines, line_window
@@ -40,13 +40,10 @@ def _session(request: HttpRequest, session_id: int) -> ChatSession:
     return session
 
 
-@login_required
-@require_GET
-def home(request: HttpRequest) -> HttpResponse:
-    """The session list, with the search box: a search shows the best matches with a snippet each. An htmx
-    request (the box as one types) gets the results alone."""
+def home_context(request: HttpRequest) -> dict[str, Any]:
+    """The session list, searched and filtered as the query string asks, and the Import form."""
     form = SessionSearchForm(request.GET or None, owner=request.user)
-    context: dict[str, Any] = {"form": form, "searched": False}
+    context: dict[str, Any] = {"form": form, "searched": False, "import_form": ImportForm(user=request.user)}
     if form.filtered:
         data = form.cleaned_data
         sessions = session_list(owner=request.user)
@@ -64,6 +61,15 @@ def home(request: HttpRequest) -> HttpResponse:
         context["searched"] = True
     else:
         context["sessions"] = session_list(owner=request.user)
+    return context
+
+
+@login_required
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    """The session list, with the search box: a search shows the best matches with a snippet each. An htmx
+    request (the box as one types) gets the results alone."""
+    context = home_context(request)
     if request.headers.get("HX-Request") and not request.headers.get("HX-History-Restore-Request"):
         return render(request, "chat/_session_results.html", context)
     return render(request, "chat/home.html", context)

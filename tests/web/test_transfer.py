@@ -6,12 +6,14 @@ import json
 from typing import Any
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from chat.agent.loop import ReplyLoop
 from chat.testing.scripted_server import ScriptedServer, Step
 from chat.web.transfer import export_filename
-from sessions_app.models import ChatSession
+from sessions_app.models import ChatSession, Workspace
+from sessions_app.services import imports
 from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db
@@ -33,7 +35,7 @@ def bob(other_user: Any) -> Client:
 def chatted(session: ChatSession, model: ScriptedServer) -> ChatSession:
     """Two turns, a read in the first, and a regenerated second reply: a tree with a branch."""
     model.push(
-        Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]),
+        Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"}), ("list", {})]),
         Step(text="The notes have **30** lines."),
         Step(text="First answer to the second."),
         Step(text="Second answer to the second."),
@@ -62,7 +64,7 @@ def test_markdown_export_is_the_live_branch_as_read(
     assert int(response["Content-Length"]) == len(text.encode())
     assert text.startswith("# How long are the notes?\n\nWorkspace ws · model scripted · exported ")
     assert "## Turn 1\n\n**You:**\n\nHow long are the notes?\n\n**Reply:**\n\nReading.\n" in text
-    assert "- `#0001 read notes.md — lines 1-30 of 30`\n" in text
+    assert "- `#0001 read notes.md — lines 1-30 of 30`\n- `#0002 list — /" in text and "/ws/notes.md`\n" in text
     assert "The notes have **30** lines." in text
     assert "## Turn 2\n" in text and "Second answer to the second." in text
     assert "First answer to the second." not in text, "only the live branch"
@@ -77,7 +79,7 @@ def test_json_export_holds_everything_stored(ada: Client, live_session: ChatSess
     data = json.loads(body(response))
     assert (data["format"], data["version"]) == ("cachet-session", 1)
     assert data["session"]["workspace"] == "ws" and data["session"]["endpoint"] == "scripted"
-    assert data["session"]["next_result_number"] == 2 and data["session"]["next_turn_number"] == 4
+    assert data["session"]["next_result_number"] == 3 and data["session"]["next_turn_number"] == 4
     assert [(turn["number"], turn["parent"], turn["status"]) for turn in data["turns"]] == [
         (1, None, "done"),
         (2, 1, "taken_back"),
@@ -85,7 +87,8 @@ def test_json_export_holds_everything_stored(ada: Client, live_session: ChatSess
     ]
     assert [turn["generation"] for turn in data["turns"]] == [1, 1, 1]
     assert [(step["turn"], step["number"]) for step in data["steps"]] == [(1, 1), (1, 2), (2, 1), (3, 1)]
-    (result,) = data["results"]
+    result = data["results"][0]
+    assert len(data["results"]) == 2
     assert (result["number"], result["turn"], result["step"], result["tool"]) == (1, 1, 1, "read")
     assert result["full_text"] == "".join(f"{n}: line {n}\n" for n in range(1, 31)).rstrip("\n")
     assert result["inserted_text"].startswith("[#0001 ")
@@ -99,3 +102,52 @@ def test_another_person_cannot_export(bob: Client, live_session: ChatSession, mo
     chatted(live_session, model)
     for kind in ("md", "json"):
         assert bob.get(f"/sessions/{live_session.pk}/export.{kind}").status_code == 404
+
+
+def main(response: Any) -> str:
+    """The page's main part (the header around it holds the person's name and token)."""
+    html = str(response.content.decode())
+    return html[html.index("<main>") : html.index("</main>")]
+
+
+def upload(client: Client, raw: bytes, workspace: Workspace, *, name: str = "export.json") -> Any:
+    return client.post("/sessions/import", {"file": SimpleUploadedFile(name, raw), "workspace": workspace.pk})
+
+
+def test_import_brings_an_export_back_for_the_person_importing_it(
+    ada: Client, bob: Client, live_session: ChatSession, model: ScriptedServer, other_user: Any
+) -> None:
+    session = chatted(live_session, model)
+    raw = body(ada.get(f"/sessions/{session.pk}/export.json"))
+    assert 'id="import-form"' in bob.get("/").content.decode()
+    response = upload(bob, raw, session.workspace)
+    imported = ChatSession.objects.get(owner=other_user)
+    assert response.status_code == 302 and response["Location"] == f"/sessions/{imported.pk}/"
+    for number in (1, 2):
+        copy = main(bob.get(f"/sessions/{imported.pk}/results/{number}/"))
+        first = main(ada.get(f"/sessions/{session.pk}/results/{number}/"))
+        assert "<pre" in copy and copy == first.replace(f"/sessions/{session.pk}/", f"/sessions/{imported.pk}/")
+    html = bob.get(f"/sessions/{imported.pk}/").content.decode()
+    assert "Second answer to the second." in html and '<span class="sibling-at">2 / 2</span>' in html
+    assert ada.get(f"/sessions/{imported.pk}/").status_code == 404, "the importer's, not the exporter's"
+
+
+def test_a_bad_or_too_big_file_is_refused_on_the_session_list(
+    ada: Client, live_session: ChatSession, model: ScriptedServer, other_user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = chatted(live_session, model)
+    response = upload(ada, b'{"format": "cachet-session", "version": 1}', session.workspace)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert '<details class="import" id="import" open>' in html
+    assert 'id="import-error">session: missing</p>' in html
+    assert ChatSession.objects.count() == 1
+    monkeypatch.setattr(imports, "IMPORT_MAX_BYTES", 1_048_576)
+    response = upload(ada, b" " * (1_048_576 + 10), session.workspace)
+    assert "The file is 1.0 MB; an import is at most 1 MB." in response.content.decode()
+    assert ChatSession.objects.count() == 1
+    private = Workspace.objects.create(name="private", folder="/tmp")
+    private.members.add(other_user)
+    raw = body(ada.get(f"/sessions/{session.pk}/export.json"))
+    refused = upload(ada, raw, private)
+    assert refused.status_code == 200 and "Select a valid choice" in refused.content.decode()

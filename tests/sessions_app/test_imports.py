@@ -1,0 +1,171 @@
+"""Export then import: the same tree, results and requests for another person, a session that goes on as the
+original would, and bad files refused whole."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from django.db import DataError
+
+from chat.agent.loop import ReplyLoop
+from chat.testing.scripted_server import ScriptedServer, Step
+from sessions_app.models import ChatSession, ModelRequest, Result, Turn, Workspace
+from sessions_app.selectors.exports import export_chunks, session_export
+from sessions_app.selectors.requests import build_request
+from sessions_app.services.imports import ImportRejected, read_upload, session_import
+from tests.agent.loop_helpers import run
+
+pytestmark = pytest.mark.django_db
+WHEN = datetime(2026, 11, 30, 21, 0, tzinfo=UTC)
+
+
+def chatted(session: ChatSession, model: ScriptedServer) -> ChatSession:
+    model.push(
+        Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"}), ("grep", {"pattern": "line 1"})]),
+        Step(text="The notes have **30** lines."),
+        Step(text="First answer to the second."),
+        Step(text="Second answer to the second."),
+    )
+    loop = ReplyLoop(session)
+    run(loop.send("How long are the notes?", date="2026-11-30"))
+    run(loop.send("And the last line?", date="2026-11-30"))
+    run(loop.regenerate())
+    session.refresh_from_db()
+    return session
+
+
+def exported(session: ChatSession) -> dict[str, Any]:
+    return dict(json.loads("".join(export_chunks(session, exported_at=WHEN))))
+
+
+def stored(session: ChatSession) -> dict[str, Any]:
+    """The rows of the export, without what belongs to where the session lives."""
+    data = exported(session)
+    for key in ("workspace", "endpoint", "updated_at"):
+        data["session"].pop(key)
+    return data
+
+
+def test_an_import_is_the_same_session_for_the_person_importing_it(
+    live_session: ChatSession, model: ScriptedServer, other_user: Any
+) -> None:
+    original = chatted(live_session, model)
+    raw = "".join(export_chunks(original, exported_at=WHEN)).encode()
+    imported = session_import(owner=other_user, workspace=original.workspace, raw=raw)
+    assert imported.pk != original.pk and imported.owner_id == other_user.pk and original.owner_id != other_user.pk
+    assert stored(imported) == stored(original), "every row as it was: the tree, steps, results, requests, times"
+    copies = Result.objects.filter(session=imported).order_by("number")
+    originals = Result.objects.filter(session=original).order_by("number")
+    assert [(r.number, r.full_text, r.inserted_text) for r in copies] == [
+        (r.number, r.full_text, r.inserted_text) for r in originals
+    ]
+    assert [r.turn.session_id for r in copies] == [imported.pk, imported.pk]
+    tree = Turn.objects.filter(session=imported).order_by("number")
+    assert [(t.number, t.parent.number if t.parent else None, t.status) for t in tree] == [
+        (1, None, "done"),
+        (2, 1, "taken_back"),
+        (3, 1, "done"),
+    ]
+    assert all(r.session_id == imported.pk for r in ModelRequest.objects.filter(turn__session=imported))
+    before = build_request(original, current=None, model_name=original.model_name).body
+    assert build_request(imported, current=None, model_name=imported.model_name).body == before
+
+
+def test_the_imported_session_goes_on_byte_for_byte_as_the_original_would(
+    live_session: ChatSession, model: ScriptedServer, other_user: Any
+) -> None:
+    original = chatted(live_session, model)
+    raw = "".join(export_chunks(original, exported_at=WHEN)).encode()
+    imported = session_import(owner=other_user, workspace=original.workspace, raw=raw)
+    model.push(Step(text="Three.", tool_calls=[("recall", {"id": "#0001"})]), Step(text="Done."))
+    run(ReplyLoop(original).send("Third", date="2026-11-30"))
+    model.push(Step(text="Three.", tool_calls=[("recall", {"id": "#0001"})]), Step(text="Done."))
+    run(ReplyLoop(imported).send("Third", date="2026-11-30"))
+    sent = model.requests[-4:]
+    assert sent[2] == sent[0], "the same bytes as the original continued"
+    calls = re.compile(rb"call_\d+_")
+    assert calls.sub(b"call_", sent[3]) == calls.sub(b"call_", sent[1]), "the same but the server's own call ids"
+    recalled = Result.objects.get(session=imported, number=3)
+    assert recalled.full_text == Result.objects.get(session=original, number=3).full_text
+    assert recalled.full_text == Result.objects.get(session=imported, number=1).full_text
+    fields = ("break_cause", "bytes_sent", "shared_prefix_bytes")
+    went_on = list(ModelRequest.objects.filter(session=imported).order_by("-id").values_list(*fields)[:2])
+    assert went_on == list(ModelRequest.objects.filter(session=original).order_by("-id").values_list(*fields)[:2])
+    assert went_on[1][2] > 0, "the imported last request is the one the next is compared with"
+
+
+def test_only_the_owner_exports(live_session: ChatSession, model: ScriptedServer, other_user: Any) -> None:
+    chatted(live_session, model)
+    assert session_export(owner=other_user, session_id=live_session.pk, exported_at=WHEN) is None
+    chunks = session_export(owner=live_session.owner, session_id=live_session.pk, exported_at=WHEN)
+    assert chunks is not None and json.loads("".join(chunks))["session"]["title"] == "How long are the notes?"
+
+
+def bad(raw: bytes | str, owner: Any, workspace: Workspace, message: str) -> None:
+    counts = (ChatSession.objects.count(), Turn.objects.count(), Result.objects.count())
+    with pytest.raises(ImportRejected, match=message):
+        session_import(owner=owner, workspace=workspace, raw=raw.encode() if isinstance(raw, str) else raw)
+    assert (ChatSession.objects.count(), Turn.objects.count(), Result.objects.count()) == counts
+
+
+def test_bad_files_are_refused_with_what_is_wrong_and_nothing_stored(
+    live_session: ChatSession, model: ScriptedServer, other_user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = exported(chatted(live_session, model))
+    workspace = live_session.workspace
+    bad(b"\xff\xfe", other_user, workspace, "not text in UTF-8")
+    bad("{", other_user, workspace, "not valid JSON")
+    bad("[]", other_user, workspace, "not a Cachet session export")
+    bad(json.dumps({**data, "format": "other"}), other_user, workspace, "not a Cachet session export")
+    bad(json.dumps({**data, "version": 2}), other_user, workspace, "has version 2; this Cachet reads version 1")
+
+    def changed(path: tuple[str | int, ...], value: object, *, drop: bool = False) -> str:
+        copy = json.loads(json.dumps(data))
+        target = copy
+        for key in path[:-1]:
+            target = target[key]
+        if drop:
+            del target[path[-1]]
+        else:
+            target[path[-1]] = value
+        return json.dumps(copy)
+
+    bad(changed(("turns", 0, "words"), None, drop=True), other_user, workspace, r"turns\[0\]\.words: missing")
+    bad(changed(("turns", 1, "parent"), 9), other_user, workspace, r"turns\[1\]\.parent: there is no earlier turn 9")
+    bad(changed(("turns", 0, "status"), "gone"), other_user, workspace, r"turns\[0\]\.status: 'gone' is none of")
+    bad(changed(("results", 0, "step"), 7), other_user, workspace, r"results\[0\]\.step: turn 1 has no step 7")
+    bad(changed(("results", 1, "number"), 1), other_user, workspace, "results: 1 appears twice")
+    bad(changed(("session", "next_result_number"), 2), other_user, workspace, "must be past the last result, 2")
+    bad(changed(("steps", 0, "tool_calls"), [{"id": 1}]), other_user, workspace, r"steps\[0\]\.tool_calls\[0\]")
+    bad(changed(("requests", 0, "started_at"), "yesterday"), other_user, workspace, "a date and time")
+    bad(changed(("session", "title"), "x" * 201), other_user, workspace, "at most 200 characters")
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise DataError("value too long for type character varying(8)")
+
+    monkeypatch.setattr(Result.objects, "bulk_create", broken)
+    bad(json.dumps(data), other_user, workspace, r"could not be stored \(value too long.*nothing was imported")
+
+
+def test_only_a_workspace_the_person_may_use_and_only_so_big(
+    live_session: ChatSession, model: ScriptedServer, other_user: Any, workspace_dir: Any
+) -> None:
+    raw = "".join(export_chunks(chatted(live_session, model), exported_at=WHEN)).encode()
+    private = Workspace.objects.create(name="private", folder=str(workspace_dir))
+    private.members.add(live_session.owner)
+    bad(raw, other_user, private, "You may not use the workspace private")
+    assert session_import(owner=live_session.owner, workspace=private, raw=raw).workspace == private
+
+    class Upload:
+        def read(self, size: int) -> bytes:
+            return raw[:size]
+
+    with pytest.raises(ImportRejected, match=r"The file is 2\.0 MB; an import is at most 1 MB"):
+        read_upload(Upload(), size=2 * 1_048_576, limit=1_048_576)  # type: ignore[arg-type]
+    with pytest.raises(ImportRejected, match="larger than 0 MB"):
+        read_upload(Upload(), size=10, limit=100)  # type: ignore[arg-type]
+    assert read_upload(Upload(), size=len(raw), limit=len(raw)) == raw  # type: ignore[arg-type]
