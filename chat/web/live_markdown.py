@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.utils.html import escape, format_html
-from django.utils.safestring import mark_safe
 
 from chat.web.messages import Put
 from chat.web.rendering import block_starts, render_markdown
@@ -70,18 +69,17 @@ def container_id(turn: int) -> str:
     return f"render-{turn}"
 
 
-def container_put(turn: int, state: LiveMarkdown | None = None) -> Put:
-    """The rendered view of the turn's streaming step whole (empty: the page shows the raw text)."""
+def container_put(turn: int) -> Put:
+    """The rendered view of the turn's streaming step, empty: the page shows the raw text until it fills."""
     dom_id = container_id(turn)
-    empty = format_html('<div class="md stream-md" id="{}" hx-disable></div>', dom_id)
-    if state is None or not (state.chunks or state.tail):
-        return Put(dom_id, empty)
-    inner = "".join(_chunk(turn, index, html) for index, html in enumerate(state.chunks)) + _tail(turn, state.tail)
-    return Put(
-        dom_id,
-        format_html('<div class="md stream-md" id="{}" hx-disable>{}</div>', dom_id, mark_safe(inner)),
-        lazy=empty,
-    )
+    return Put(dom_id, format_html('<div class="md stream-md" id="{}" hx-disable></div>', dom_id))
+
+
+def snapshot_puts(turn: int, state: LiveMarkdown) -> list[Put]:
+    """The rendered view whole, for a tab that comes late: emptied, then each block, then the tail."""
+    if not (state.chunks or state.tail):
+        return [container_put(turn)]
+    return [container_put(turn), *piece_puts(turn, LivePiece(list(enumerate(state.chunks)), state.tail))]
 
 
 def piece_puts(turn: int, piece: LivePiece) -> list[Put]:

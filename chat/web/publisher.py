@@ -106,7 +106,6 @@ class Relay:
         self.rendered = live_markdown.LiveMarkdown()
         self._rendered_at = 0.0
         self._render_gap = RENDER_SECONDS
-        self.render_costs: list[float] = []
 
     def start(self) -> None:
         self._task = self.loop.create_task(self._run())
@@ -168,7 +167,6 @@ class Relay:
         started = time.monotonic()
         piece = await asyncio.to_thread(self.rendered.advance, text)
         cost = time.monotonic() - started
-        self.render_costs.append(cost)
         self._rendered_at = time.monotonic()
         self._render_gap = max(RENDER_SECONDS, cost / RENDER_SHARE)
         for message in pack(live_markdown.piece_puts(turn, piece)):
@@ -229,7 +227,7 @@ class Relay:
     async def _snapshot(self, reply_to: str) -> None:
         if not self.turn:
             return
-        for message in pack([live_markdown.container_put(self.turn, self.rendered)]):
+        for message in pack(live_markdown.snapshot_puts(self.turn, self.rendered)):
             await self._send(message, reply_to)
         for message in live_messages(
             turn=self.turn,

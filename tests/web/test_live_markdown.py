@@ -13,6 +13,7 @@ from chat.web.live_markdown import (
     LivePiece,
     container_put,
     piece_puts,
+    snapshot_puts,
 )
 from chat.web.messages import MESSAGE_LIMIT, pack
 from chat.web.rendering import block_starts, render_markdown
@@ -94,10 +95,12 @@ def test_the_page_changes_append_finished_blocks_and_replace_the_tail() -> None:
     ]
     assert puts[0].html == '<div id="render-7-1" class="md-chunk" data-order="1"><p>Two.</p>\n</div>'
     assert 'data-order="1000000000"><p>Three</p>' in puts[1].html
-    whole = container_put(7, live)
-    assert whole.html.startswith('<div class="md stream-md" id="render-7" hx-disable><div id="render-7-0"')
-    assert whole.html.endswith("<p>Three</p>\n</div></div>")
-    assert container_put(7).html == '<div class="md stream-md" id="render-7" hx-disable></div>'
+    empty = '<div class="md stream-md" id="render-7" hx-disable></div>'
+    assert container_put(7).html == empty
+    snapshot = snapshot_puts(7, live)
+    assert [put.id for put in snapshot] == ["render-7", "render-7-0", "render-7-1", "render-7-tail"]
+    assert snapshot[0].html == empty and "<p>One.</p>" in snapshot[1].html
+    assert [put.id for put in snapshot_puts(7, LiveMarkdown())] == ["render-7"]
 
 
 def test_every_message_stays_under_the_limit() -> None:
@@ -107,5 +110,5 @@ def test_every_message_stays_under_the_limit() -> None:
         for message in pack(piece_puts(1, piece)):
             assert len(message.encode()) <= MESSAGE_LIMIT
             json.loads(message)
-    for message in pack([container_put(1, live)]):
+    for message in pack(snapshot_puts(1, live)):
         assert len(message.encode()) <= MESSAGE_LIMIT
