@@ -168,8 +168,23 @@ def markdown_html(text: str, *, breaks: bool = False) -> SafeString:
     return mark_safe(html)
 
 
+def _style_rules(style: str, selector: str) -> list[str]:
+    formatter: Any = HtmlFormatter(style=style)
+    return [line for line in formatter.get_style_defs(selector).splitlines() if line.startswith(selector)]
+
+
+DARK_CHOSEN = ':root[data-theme="dark"]'
+DARK_BY_SYSTEM = ':root:not([data-theme="light"])'
+
+
 def pygments_css(selector: str = ".md pre") -> str:
-    """The stylesheet for highlighted code, as ``static/cachet/pygments.css`` holds it."""
-    formatter: Any = HtmlFormatter(style="default")
-    rules = [line for line in formatter.get_style_defs(selector).splitlines() if line.startswith(selector)]
-    return "\n".join(rules) + "\n"
+    """The stylesheet for highlighted code, as ``static/cachet/pygments.css`` holds it: pygments' default style,
+    and its github-dark style where the person chose Dark mode or the system prefers dark and they chose none."""
+    light = _style_rules("default", selector)
+
+    def dark(scope: str) -> list[str]:
+        reset = f"{scope} {selector} span {{ color: inherit; background: none; border: 0; font: inherit }}"
+        return [reset] + [f"{scope} {rule}" for rule in _style_rules("github-dark", selector)]
+
+    by_system = ["@media (prefers-color-scheme: dark) {", *("  " + rule for rule in dark(DARK_BY_SYSTEM)), "}"]
+    return "\n".join([*light, *dark(DARK_CHOSEN), *by_system]) + "\n"

@@ -8,20 +8,23 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.tools import tool_list
 from chat.web import fragments
 from chat.web.display import call_target, result_id, result_status, single_turn, transcript_page
-from chat.web.forms import ModelChangeForm, NewSessionForm, RenameForm
+from chat.web.forms import ModelChangeForm, NewSessionForm, RenameForm, SessionSearchForm, ThemeForm
 from chat.web.sync import chart_requests
 from sessions_app import prompts
 from sessions_app.hygiene import count_lines, line_window
-from sessions_app.models import ChatSession, Mode, ModelRequest, RequestStatus, Turn
+from sessions_app.models import ChatSession, Mode, ModelRequest, RequestStatus, Theme, Turn
+from sessions_app.selectors.search import SEARCH_LIMIT, session_search
 from sessions_app.selectors.sessions import endpoint_list, result_get, session_get, session_list
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_delete, session_rename, session_start
+from sessions_app.services.settings import theme_set
 
 
 def _user(request: HttpRequest) -> User:
@@ -40,7 +43,30 @@ def _session(request: HttpRequest, session_id: int) -> ChatSession:
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "chat/home.html", {"sessions": session_list(owner=request.user)})
+    """The session list, with the search box: a search shows the best matches with a snippet each. An htmx
+    request (the box as one types) gets the results alone."""
+    form = SessionSearchForm(request.GET or None, owner=request.user)
+    context: dict[str, Any] = {"form": form, "searched": False}
+    if form.filtered:
+        data = form.cleaned_data
+        sessions = session_list(owner=request.user)
+        if data["workspace"] is not None:
+            sessions = sessions.filter(workspace_id=data["workspace"])
+        if data["model"]:
+            sessions = sessions.filter(model_name=data["model"])
+        if data["q"].strip():
+            context["hits"] = session_search(
+                owner=request.user, text=data["q"], workspace_id=data["workspace"], model_name=data["model"]
+            )
+            context["limit"] = SEARCH_LIMIT
+        else:
+            context["sessions"] = sessions
+        context["searched"] = True
+    else:
+        context["sessions"] = session_list(owner=request.user)
+    if request.headers.get("HX-Request") and not request.headers.get("HX-History-Restore-Request"):
+        return render(request, "chat/_session_results.html", context)
+    return render(request, "chat/home.html", context)
 
 
 def _endpoints() -> list[EndpointModels]:
@@ -154,6 +180,22 @@ def session_delete_view(request: HttpRequest, session_id: int) -> HttpResponse:
     session_delete(session=session)
     if request.headers.get("HX-Request"):
         return HttpResponse("")
+    return redirect("home")
+
+
+@login_required
+@require_POST
+def theme_view(request: HttpRequest) -> HttpResponse:
+    """Remember the person's Dark mode choice; the page that asked (htmx) already shows it."""
+    form = ThemeForm(request.POST)
+    if not form.is_valid():
+        return HttpResponse("Dark mode is one of: system, light, dark.", status=400, content_type="text/plain")
+    theme_set(user=_user(request), theme=Theme(form.cleaned_data["theme"]))
+    if request.headers.get("HX-Request"):
+        return HttpResponse(status=204)
+    back = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return redirect(back)
     return redirect("home")
 
 

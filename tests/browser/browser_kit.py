@@ -25,6 +25,13 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "screenshots"
 PASSWORDS = {"ada": "ada-password-1", "bob": "bob-password-1"}
+# Every page reports a content security policy violation as a console error, which fails the test.
+REPORT_VIOLATIONS = """
+  document.addEventListener("securitypolicyviolation", (event) => {
+    console.error("CSP violation: " + event.violatedDirective + " " + (event.blockedURI || "inline")
+      + " at " + (event.sourceFile || "?") + ":" + event.lineNumber + " " + (event.sample || ""));
+  });
+"""
 T = TypeVar("T")
 
 
@@ -68,17 +75,16 @@ class Browser:
     errors: list[str] = field(default_factory=list)
     contexts: list[Any] = field(default_factory=list)
 
-    def page(self, user: str | None = "ada") -> Any:
-        context = self.browser.new_context(viewport={"width": 1400, "height": 900})
+    def page(self, user: str | None = "ada", **options: Any) -> Any:
+        """A page in a fresh context (``options`` go to the context: viewport, color_scheme, …), logged in as
+        ``user``; its console errors, page errors and policy violations fail the test."""
+        context = self.browser.new_context(**{"viewport": {"width": 1400, "height": 900}, **options})
         context.set_default_timeout(15_000)
+        context.add_init_script(REPORT_VIOLATIONS)
         context.on("request", lambda request: self.requests.append(request.url))
         self.contexts.append(context)
         page = context.new_page()
-        page.on("pageerror", lambda error: self.errors.append(f"page error: {error}"))
-        page.on(
-            "console",
-            lambda message: self.errors.append(f"console: {message.text}") if message.type == "error" else None,
-        )
+        watch_errors(page, self.errors)
         page.on("websocket", lambda socket: self.requests.append(socket.url))
         if user is not None:
             login(page, self.world.url, user)
@@ -87,6 +93,13 @@ class Browser:
     def foreign_requests(self) -> list[str]:
         own = re.compile(r"^(https?|wss?)://127\.0\.0\.1:" + self.world.url.rsplit(":", 1)[1] + r"/")
         return [url for url in self.requests if not own.match(url) and not url.startswith(("data:", "about:"))]
+
+
+def watch_errors(page: Any, errors: list[str]) -> None:
+    """Record in ``errors`` what ``page`` logs as an error, throws uncaught, or violates of the policy (the
+    context must have :data:`REPORT_VIOLATIONS` as an init script for the last)."""
+    page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
+    page.on("console", lambda message: errors.append(f"console: {message.text}") if message.type == "error" else None)
 
 
 def login(page: Any, url: str, user: str) -> None:

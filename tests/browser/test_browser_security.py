@@ -26,7 +26,7 @@ from chat.tools import tool_list
 from sessions_app.models import ChatSession, Result, Turn
 from sessions_app.services.sessions import session_start
 from tests.agent.loop_helpers import run
-from tests.browser.browser_kit import Browser, World, in_thread, login, screenshot
+from tests.browser.browser_kit import REPORT_VIOLATIONS, Browser, World, in_thread, login, screenshot, watch_errors
 from tests.raw_websocket import HELLO, client_frame
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -129,8 +129,10 @@ def test_a_page_on_another_port_cannot_open_a_session_socket(
     ada_session: ChatSession, browser: Browser, world: World
 ) -> None:
     context = browser.browser.new_context()
+    context.add_init_script(REPORT_VIOLATIONS)
     try:
         own = context.new_page()
+        watch_errors(own, browser.errors)
         login(own, world.url, "ada")  # the context now holds Ada's login cookie for 127.0.0.1, every port
         with attacker_page(world.url, ada_session.pk) as attacker:
             assert attacker_sees(context, attacker.url) == ["error", "close 1006"]

@@ -33,7 +33,15 @@ from playwright.sync_api import expect
 
 from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import BreakCause, ModelEndpoint, ModelRequest, Turn, TurnStatus, Workspace
-from tests.browser.browser_kit import CHROMIUM, CHROMIUM_ARGS, PASSWORDS, in_thread, login
+from tests.browser.browser_kit import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PASSWORDS,
+    REPORT_VIOLATIONS,
+    in_thread,
+    login,
+    watch_errors,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=15_000)  # as the other browser tests
@@ -235,7 +243,7 @@ class Chromium:
 
     def page(self) -> Any:
         page = self.context.new_page()
-        page.on("pageerror", lambda error: self.errors.append(f"page error: {error}"))
+        watch_errors(page, self.errors)
         page.on("websocket", lambda socket: self.sockets.append(socket.url))
         return page
 
@@ -251,6 +259,7 @@ def chromium(setup: Setup, cluster: Cluster) -> Iterator[Chromium]:
     browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     context.set_default_timeout(TIMEOUT_MS)
+    context.add_init_script(REPORT_VIOLATIONS)
     try:
         yield Chromium(context)
     finally:

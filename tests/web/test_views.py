@@ -288,3 +288,60 @@ def test_the_whole_chart_page(ada: Client, live_session: ChatSession, model: Scr
     chatted(live_session, model)
     html = ada.get(f"/sessions/{live_session.pk}/chart").content.decode()
     assert html.count('<g class="bar"') == 2 and 'data-cause="first"' in html
+
+
+def test_search_sessions_as_a_page_and_as_htmx_results(
+    ada: Client, user: Any, other_user: Any, workspace: Workspace, endpoint: ModelEndpoint
+) -> None:
+    mine = session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="m", tools=[], title="t")
+    turn_start(session=mine, words="Why is the <b>zeppelin</b> flag ignored?", today="2026-11-29", instructions=None)
+    theirs = session_start(owner=other_user, workspace=workspace, endpoint=endpoint, model_name="m", tools=[])
+    turn_start(session=theirs, words="zeppelin too", today="2026-11-29", instructions=None)
+    page = ada.get("/", {"q": "zeppel"}).content.decode()
+    assert '<label for="search-q">Search sessions</label>' in page and 'value="zeppel"' in page
+    assert f'id="session-{mine.pk}"' in page and f'id="session-{theirs.pk}"' not in page
+    assert "&lt;b&gt;<mark>zeppel</mark>in&lt;/b&gt;" in page, "the snippet is escaped, only the marks are markup"
+    results = ada.get("/", {"q": "zeppelin", "workspace": "", "model": ""}, headers={"HX-Request": "true"})
+    html = results.content.decode()
+    assert html.startswith('<div id="session-results">') and "<html" not in html
+    assert "1 session matches" in html
+    assert "No session matches." in ada.get("/", {"q": "absent"}).content.decode()
+    other_model = session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="n", tools=[])
+    turn_start(session=other_model, words="zeppelin on n", today="2026-11-29", instructions=None)
+    by_model = ada.get("/", {"q": "zeppelin", "model": "n"}).content.decode()
+    assert f'id="session-{other_model.pk}"' in by_model and f'id="session-{mine.pk}"' not in by_model
+    listed = ada.get("/", {"model": "m", "workspace": str(workspace.pk)}).content.decode()
+    assert f'id="session-{mine.pk}"' in listed and f'id="session-{other_model.pk}"' not in listed
+
+
+def test_dark_mode_is_remembered_per_person_and_rendered_on_the_html_element(ada: Client, bob: Client) -> None:
+    assert '<html lang="en" data-theme="system">' in ada.get("/").content.decode()
+    assert ada.post("/settings/theme", {"theme": "dark"}, headers={"HX-Request": "true"}).status_code == 204
+    page = ada.get("/").content.decode()
+    assert '<html lang="en" data-theme="dark">' in page
+    assert '<option value="dark" selected>On</option>' in page
+    assert '<html lang="en" data-theme="system">' in bob.get("/").content.decode(), "Bob's pages are his own"
+    response = ada.post("/settings/theme", {"theme": "light", "next": "/sessions/new"})
+    assert (response.status_code, response["Location"]) == (302, "/sessions/new")
+    assert ada.post("/settings/theme", {"theme": "light", "next": "https://elsewhere.test/"})["Location"] == "/"
+    assert '<html lang="en" data-theme="light">' in ada.get("/").content.decode()
+
+
+def test_a_wrong_dark_mode_value_is_refused_and_changes_nothing(ada: Client) -> None:
+    ada.post("/settings/theme", {"theme": "dark"})
+    response = ada.post("/settings/theme", {"theme": "purple"})
+    assert response.status_code == 400
+    assert "system, light, dark" in response.content.decode()
+    assert 'data-theme="dark"' in ada.get("/").content.decode()
+    assert ada.get("/settings/theme").status_code == 405
+
+
+def test_the_login_page_follows_the_system(client: Client) -> None:
+    assert '<html lang="en" data-theme="system">' in client.get("/login/").content.decode()
+    assert client.post("/settings/theme", {"theme": "dark"})["Location"].startswith("/login/")
+
+
+def test_dark_mode_needs_the_csrf_token(user: Any) -> None:
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(user)
+    assert strict.post("/settings/theme", {"theme": "dark"}).status_code == 403

@@ -1,0 +1,187 @@
+"""What a llama.cpp-style server offers beside the OpenAI API: its context window (``/props``), its tokenizer
+(``/tokenize``) and its chat template (``/apply-template``).
+
+Each call answers ``None`` where the server does not offer it (404, 405, 501, or an answer of another shape),
+so callers fall back to what they know without it; a server that cannot be reached raises ``ServerAPIError``.
+What a server does not offer is remembered a while so it is not asked again on every request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from time import monotonic
+from typing import Any
+
+import httpx
+
+TIMEOUT = 10.0
+UNOFFERED_KEPT_SECONDS = 300.0
+NOT_OFFERED_STATUSES = frozenset({404, 405, 501})
+KEPT_PROMPTS = 64
+
+
+class ServerAPIError(Exception):
+    """The server could not be asked (unreachable, timed out, or it failed with a server error)."""
+
+
+@dataclass(frozen=True)
+class ServerProps:
+    """What ``/props`` says: the context window of one slot (``n_ctx``), the chat template, slots in all."""
+
+    context_window: int | None
+    chat_template: str
+    total_slots: int | None
+
+
+def server_root(base_url: str) -> str:
+    """The server's own root for an OpenAI base URL: ``http://h:8080/v1`` → ``http://h:8080``."""
+    root = base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+_unoffered: dict[tuple[str, str], float] = {}
+_unoffered_lock = threading.Lock()
+
+
+def _known_unoffered(root: str, path: str) -> bool:
+    with _unoffered_lock:
+        at = _unoffered.get((root, path))
+        return at is not None and monotonic() - at < UNOFFERED_KEPT_SECONDS
+
+
+def _mark_unoffered(root: str, path: str) -> None:
+    with _unoffered_lock:
+        _unoffered[(root, path)] = monotonic()
+
+
+def forget(base_url: str) -> None:
+    """Ask the server again on the next call: after its URL changed or it restarted."""
+    root = server_root(base_url)
+    with _unoffered_lock:
+        for key in [key for key in _unoffered if key[0] == root]:
+            del _unoffered[key]
+
+
+def _call(
+    base_url: str, path: str, *, api_key: str | None, payload: dict[str, Any] | None, timeout: float
+) -> Any | None:
+    root = server_root(base_url)
+    if _known_unoffered(root, path):
+        return None
+    headers = {"Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    url = root + path
+    try:
+        if payload is None:
+            response = httpx.get(url, headers=headers, timeout=timeout)
+        else:
+            response = httpx.post(url, json=payload, headers=headers, timeout=timeout)
+    except httpx.HTTPError as error:
+        raise ServerAPIError(f"Cannot ask {url}: {error.__class__.__name__}: {error}") from error
+    if response.status_code in NOT_OFFERED_STATUSES:
+        _mark_unoffered(root, path)
+        return None
+    if response.status_code >= 500:
+        raise ServerAPIError(f"{url} answered HTTP {response.status_code}: {response.text[:200]}")
+    if response.status_code != 200:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        _mark_unoffered(root, path)
+        return None
+
+
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def props(base_url: str, *, api_key: str | None = None, timeout: float = TIMEOUT) -> ServerProps | None:
+    """The server's ``/props``, or ``None`` where it has none."""
+    data = _call(base_url, "/props", api_key=api_key, payload=None, timeout=timeout)
+    if not isinstance(data, dict):
+        return None
+    settings = data.get("default_generation_settings")
+    n_ctx = _positive_int(settings.get("n_ctx")) if isinstance(settings, dict) else None
+    if n_ctx is None:
+        n_ctx = _positive_int(data.get("n_ctx"))
+    template = data.get("chat_template")
+    return ServerProps(
+        context_window=n_ctx,
+        chat_template=template if isinstance(template, str) else "",
+        total_slots=_positive_int(data.get("total_slots")),
+    )
+
+
+def tokenize(
+    base_url: str, text: str, *, add_special: bool = True, api_key: str | None = None, timeout: float = TIMEOUT
+) -> list[int] | None:
+    """The server's tokens for ``text`` (with the BOS the server adds to a prompt where ``add_special``)."""
+    payload = {"content": text, "add_special": add_special}
+    data = _call(base_url, "/tokenize", api_key=api_key, payload=payload, timeout=timeout)
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    if not isinstance(tokens, list):
+        return None
+    ids = [token for token in tokens if isinstance(token, int) and not isinstance(token, bool)]
+    return ids if len(ids) == len(tokens) else None
+
+
+def apply_template(
+    base_url: str,
+    messages: Sequence[dict[str, Any]],
+    *,
+    tools: Sequence[dict[str, Any]] | None = None,
+    api_key: str | None = None,
+    timeout: float = TIMEOUT,
+) -> str | None:
+    """The prompt text the server's chat template makes of ``messages`` (and ``tools``), generation prompt added."""
+    payload: dict[str, Any] = {"messages": list(messages)}
+    if tools:
+        payload["tools"] = list(tools)
+    data = _call(base_url, "/apply-template", api_key=api_key, payload=payload, timeout=timeout)
+    prompt = data.get("prompt") if isinstance(data, dict) else None
+    return prompt if isinstance(prompt, str) else None
+
+
+_kept_prompts: OrderedDict[tuple[str, str], tuple[int, ...]] = OrderedDict()
+_kept_prompts_lock = threading.Lock()
+
+
+def prompt_tokens(
+    base_url: str,
+    messages: Sequence[dict[str, Any]],
+    *,
+    tools: Sequence[dict[str, Any]] | None = None,
+    api_key: str | None = None,
+    timeout: float = TIMEOUT,
+) -> tuple[int, ...] | None:
+    """The tokens the server reads for a chat request: its template applied, then its tokenizer (BOS included).
+
+    ``None`` where the server offers either not. The last few answers are kept by the request's content, so the
+    size check before a request and the cache check after it ask the server once.
+    """
+    key_source = json.dumps([list(messages), list(tools or ())], sort_keys=True, ensure_ascii=False)
+    key = (server_root(base_url), hashlib.sha256(key_source.encode("utf-8", "surrogatepass")).hexdigest())
+    with _kept_prompts_lock:
+        kept = _kept_prompts.get(key)
+        if kept is not None:
+            _kept_prompts.move_to_end(key)
+            return kept
+    prompt = apply_template(base_url, messages, tools=tools, api_key=api_key, timeout=timeout)
+    if prompt is None:
+        return None
+    tokens = tokenize(base_url, prompt, add_special=True, api_key=api_key, timeout=timeout)
+    if tokens is None:
+        return None
+    answer = tuple(tokens)
+    with _kept_prompts_lock:
+        _kept_prompts[key] = answer
+        while len(_kept_prompts) > KEPT_PROMPTS:
+            _kept_prompts.popitem(last=False)
+    return answer

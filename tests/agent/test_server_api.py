@@ -1,0 +1,77 @@
+"""The llama.cpp server's own API, asked for real: its window, its tokenizer, its chat template."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from chat.agent import server_api
+from chat.testing.llama import LlamaServer
+from chat.testing.tiny_gguf import ModelShape, write_model
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", ModelShape(ctx=4096))
+    with LlamaServer(model, ctx_size=3072, n_predict=4, alias="tiny") as server:
+        yield server
+
+
+pytestmark = pytest.mark.llama
+
+
+def test_props_reads_the_slot_window(llama: LlamaServer) -> None:
+    props = server_api.props(llama.base_url)
+    assert props is not None
+    assert props.context_window == 3072
+    assert props.total_slots == 1
+
+
+def test_tokenize_and_apply_template_agree_with_the_server(llama: LlamaServer) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
+    prompt = server_api.apply_template(llama.base_url, messages)
+    assert prompt is not None
+    assert "Hello there" in prompt
+    assert prompt.index("Be brief.") < prompt.index("Hello there")
+    with_bos = server_api.tokenize(llama.base_url, prompt)
+    without = server_api.tokenize(llama.base_url, prompt, add_special=False)
+    assert with_bos is not None and without is not None
+    assert 0 < len(without) <= len(with_bos) <= len(without) + 1
+    assert server_api.prompt_tokens(llama.base_url, messages) == tuple(with_bos)
+    assert server_api.prompt_tokens(llama.base_url, messages) == tuple(with_bos)
+
+
+class _Plain(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(404)
+        self.end_headers()
+
+    do_POST = do_GET
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_server_without_them_answers_none_and_is_not_asked_again() -> None:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Plain)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    try:
+        assert server_api.props(base) is None
+        assert server_api.tokenize(base, "x") is None
+        assert server_api.apply_template(base, [{"role": "user", "content": "x"}]) is None
+        httpd.shutdown()
+        assert server_api.props(base) is None  # remembered: not asked again
+        server_api.forget(base)
+        with pytest.raises(server_api.ServerAPIError):
+            server_api.props(base, timeout=1.0)
+    finally:
+        httpd.server_close()
+
+
+def test_server_root_strips_the_openai_suffix() -> None:
+    assert server_api.server_root("http://h:8080/v1/") == "http://h:8080"
+    assert server_api.server_root("http://h:8080") == "http://h:8080"
