@@ -9,6 +9,7 @@ reads them: ``$5 and $10`` stays text. TeX that ``latex2mathml`` cannot read is 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from django.utils.html import escape
 from latex2mathml.converter import convert
@@ -84,6 +85,7 @@ MATHML_ATTRIBUTES = frozenset(
     }
 )
 
+SEARCHED = "cachet_math_searched"
 _DELIMITERS = {"$": ("$", False), "$$": ("$$", True), "\\(": ("\\)", False), "\\[": ("\\]", True)}
 
 
@@ -101,20 +103,51 @@ def _dollar_closes(src: str, at: int) -> bool:
     return not src[at - 1].isspace() and not (at + 1 < len(src) and src[at + 1].isdigit())
 
 
-def _find_close(src: str, start: int, end: int, opening: str) -> int:
-    """Where the math opened by ``opening`` closes in ``src[start:end]``, or -1."""
+@dataclass
+class _Searched:
+    """What one parse already searched: where no closer is (per closer and text), and how much it read."""
+
+    src: str = ""
+    closer_free: dict[str, tuple[int, int]] = field(default_factory=dict)
+    no_block_close_before: int = -1
+    chars: int = 0
+
+
+def _searched(env: EnvType) -> _Searched:
+    searched = env.get(SEARCHED)
+    if not isinstance(searched, _Searched):
+        searched = env[SEARCHED] = _Searched()
+    return searched
+
+
+def _find_close(src: str, start: int, end: int, opening: str, searched: _Searched) -> int:
+    """Where the math opened by ``opening`` closes in ``src[start:end]``, or -1.
+
+    No search goes further than ``MAX_MATH_CHARS``, none reads again a stretch an earlier one found without a
+    closer, and a lone ``$`` gives up at the first ``$`` that cannot close it (no TeX holds one): text full
+    of openers is read about once.
+    """
     closing = _DELIMITERS[opening][0]
+    end = min(end, start + MAX_MATH_CHARS + len(closing))
+    if searched.src is not src:
+        searched.src, searched.closer_free = src, {}
     at = start
+    free_from, free_to = searched.closer_free.get(closing, (-1, -1))
+    if free_from <= start < free_to:
+        at = max(start, free_to - len(closing) + 1)
     while at < end:
-        at = src.find(closing, at, end)
-        if at < 0:
-            return -1
-        if src[at - 1] == "\\" and closing.startswith("$"):
-            at += 1
+        found = src.find(closing, at, end)
+        searched.chars += (found if found >= 0 else end) - at
+        if found < 0:
+            break
+        if src[found - 1] == "\\" and closing.startswith("$"):
+            at = found + 1
             continue
-        if opening != "$" or _dollar_closes(src, at):
-            return at
-        at += 1
+        if opening != "$" or _dollar_closes(src, found):
+            return found
+        return -1
+    if opening != "$":
+        searched.closer_free[closing] = (start, end)
     return -1
 
 
@@ -131,7 +164,7 @@ def _inline_math(state: StateInline, silent: bool) -> bool:
     else:
         return False
     start = pos + len(opening)
-    close = _find_close(src, start, end, opening)
+    close = _find_close(src, start, end, opening, _searched(state.env))
     if close <= start or "`" in src[start:close]:
         return False
     if not silent:
@@ -153,7 +186,7 @@ def _block_math(state: StateBlock, start_line: int, end_line: int, silent: bool)
         return False
     closing = _DELIMITERS[opening][0]
     rest = first[2:].rstrip()
-    line, parts = start_line, []
+    line, parts, size = start_line, [], 0
     if rest.endswith(closing):
         body = rest[: -len(closing)]
         if not body.strip() or closing in body:
@@ -162,10 +195,16 @@ def _block_math(state: StateBlock, start_line: int, end_line: int, silent: bool)
     else:
         if closing in rest:
             return False
+        searched = _searched(state.env)
+        if start_line < searched.no_block_close_before:
+            return False  # an opener above already read these lines and found no closer
         parts.append(rest)
         while True:
             line += 1
-            if line >= end_line or state.isEmpty(line):
+            size += len(parts[-1]) + 1
+            searched.chars += len(parts[-1]) + 1
+            if line >= end_line or state.isEmpty(line) or size > MAX_MATH_CHARS:
+                searched.no_block_close_before = line
                 return False
             text = state.src[state.bMarks[line] + state.tShift[line] : state.eMarks[line]].rstrip()
             if text.endswith(closing):

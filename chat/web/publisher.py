@@ -3,7 +3,9 @@ tab of the session (or a notice for the tab that asked), rendered here, in the r
 
 Streamed text does not go out piece by piece: :class:`Relay`, on the web server's event loop, gathers the
 deltas of about ``COALESCE_SECONDS`` into one message, keeps the text of the step being streamed for tabs
-that connect late, and sends everything in the order it was published.
+that connect late, and sends everything in the order it was published. At most every ``RENDER_SECONDS`` it
+also sends the step's markdown rendered so far (``chat.web.live_markdown``: finished blocks once, the tail
+again), which the page shows in place of the raw text until the stored step replaces both.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from chat.agent.events import (
     TurnStarted,
     taken_back_text,
 )
-from chat.web import chart, fragments
+from chat.web import chart, fragments, live_markdown
 from chat.web.display import CompactionView, row_for_result, single_turn, step_view, transcript_page
 from chat.web.messages import Op, live_messages, pack, utf16_length
 from sessions_app.models import ChatSession, ModelRequest, RequestKind, RequestStatus
@@ -44,6 +46,8 @@ from sessions_app.models import ChatSession, ModelRequest, RequestKind, RequestS
 logger = logging.getLogger(__name__)
 
 COALESCE_SECONDS = 0.05
+RENDER_SECONDS = 0.1
+RENDER_SHARE = 0.2  # of the time between renders, at most, spent rendering: a costly tail renders less often
 MESSAGE_TYPE = "cachet.message"
 COMPACTING = "Compacting…"
 
@@ -100,6 +104,9 @@ class Relay:
         self.text = ""
         self.reasoning = ""
         self.calls: list[str] = []
+        self.rendered = live_markdown.LiveMarkdown()
+        self._rendered_at = 0.0
+        self._render_gap = RENDER_SECONDS
 
     def start(self) -> None:
         self._task = self.loop.create_task(self._run())
@@ -134,7 +141,12 @@ class Relay:
                 self._waiting = True
                 if not self._items and not self._closed:  # looked at again once a put can see the flag
                     self._wake.clear()
-                    await self._wake.wait()
+                    wait = self._render_wait()
+                    if wait is None:
+                        await self._wake.wait()
+                    elif wait > 0:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._wake.wait(), wait)
                 self._waiting = False
             while self._items:
                 item = self._items.popleft()
@@ -144,18 +156,41 @@ class Relay:
                     await self._snapshot(item.reply_to)
                 else:
                     await self._send(item.text, item.to)
+                await self._render_if_due()
             if self._closed and not self._items:
                 return
+            await self._render_if_due()
 
-    def _start_step(self, turn: int, step: int) -> None:
+    def _render_wait(self) -> float | None:
+        """Seconds until the step's text is due to be rendered again; ``None`` when it is rendered as it is."""
+        if not self.turn or len(self.text) == self.rendered.rendered_length:
+            return None
+        return max(0.0, self._rendered_at + self._render_gap - time.monotonic())
+
+    async def _render_if_due(self) -> None:
+        if self._render_wait() != 0.0:
+            return
+        turn, text = self.turn, self.text
+        started = time.monotonic()
+        piece = await asyncio.to_thread(self.rendered.advance, text)
+        cost = time.monotonic() - started
+        self._rendered_at = time.monotonic()
+        self._render_gap = max(RENDER_SECONDS, cost / RENDER_SHARE)
+        for message in pack(live_markdown.piece_puts(turn, piece)):
+            await self._send(message, None)
+
+    async def _start_step(self, turn: int, step: int) -> None:
         if (turn, step) != (self.turn, self.step):
             self.turn, self.step = turn, step
             self.text, self.reasoning, self.calls = "", "", []
+            self.rendered = live_markdown.LiveMarkdown()
+            for message in pack([live_markdown.container_put(turn)]):
+                await self._send(message, None)
 
     async def _deltas(self, first: _Delta) -> None:
         """Send ``first`` with the deltas of the same step that come within ``COALESCE_SECONDS``."""
         deadline = time.monotonic() + COALESCE_SECONDS
-        self._start_step(first.turn, first.step)
+        await self._start_step(first.turn, first.step)
         text_at, reasoning_at = utf16_length(self.text), utf16_length(self.reasoning)
         text, reasoning, calls = [], [], []
         item: _Delta | None = first
@@ -199,6 +234,8 @@ class Relay:
     async def _snapshot(self, reply_to: str) -> None:
         if not self.turn:
             return
+        for message in pack(live_markdown.snapshot_puts(self.turn, self.rendered)):
+            await self._send(message, reply_to)
         for message in live_messages(
             turn=self.turn,
             step=self.step,

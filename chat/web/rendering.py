@@ -91,9 +91,13 @@ def _image_as_link(
 
 
 @cache
-def _parser(*, breaks: bool = False) -> MarkdownIt:
-    """The model's markdown; with ``breaks``, a person's, where each line break they typed stays one."""
-    parser = MarkdownIt("js-default", {"highlight": _highlight, "breaks": breaks})
+def _parser(*, breaks: bool = False, highlight: bool = True) -> MarkdownIt:
+    """The model's markdown; with ``breaks``, a person's, where each line break they typed stays one.
+    Without ``highlight``, code blocks are plain (a stream's unfinished block, re-rendered often)."""
+    options: dict[str, Any] = {"breaks": breaks}
+    if highlight:
+        options["highlight"] = _highlight
+    parser = MarkdownIt("js-default", options)
     parser.enable("table").enable("strikethrough").use(math_plugin)
     parser.add_render_rule("image", _image_as_link)
     return parser
@@ -126,12 +130,25 @@ def sanitize(html: str) -> str:
     )
 
 
+def block_starts(text: str) -> list[int]:
+    """Where each top-level block of ``text`` starts, as offsets into it (for rendering a stream block by block)."""
+    tokens: list[Token] = []
+    _parser().block.parse(text, _parser(), {}, tokens)
+    lines = [token.map[0] for token in tokens if token.level == 0 and token.nesting >= 0 and token.map]
+    line_starts = [0]
+    at = text.find("\n")
+    while at >= 0:
+        line_starts.append(at + 1)
+        at = text.find("\n", at + 1)
+    return [line_starts[line] for line in lines]
+
+
 RENDERING_VERSION = 2
 
 
-def render_markdown(text: str, *, breaks: bool = False) -> str:
+def render_markdown(text: str, *, breaks: bool = False, highlight: bool = True) -> str:
     """``text`` as sanitized HTML, rendered now (no cache)."""
-    return _with_copy_buttons(sanitize(_parser(breaks=breaks).render(text)))
+    return _with_copy_buttons(sanitize(_parser(breaks=breaks, highlight=highlight).render(text)))
 
 
 def markdown_html(text: str, *, breaks: bool = False) -> SafeString:

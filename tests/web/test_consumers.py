@@ -185,6 +185,32 @@ async def test_a_reply_streams_in_coalesced_pieces_and_ends_stored(
     await communicator.disconnect()
 
 
+async def test_markdown_renders_while_it_streams_at_most_every_tenth_of_a_second(
+    live_session: ChatSession, ada_cookie: str, model: ScriptedServer
+) -> None:
+    text = "It has **30** lines:\n\n- one\n- two\n\n" + LONG
+    model.push(Step(text=text, chunk_size=4, delay=0.01))
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    await communicator.send_json_to({"type": "send", "text": "How long?"})
+    started = asyncio.get_running_loop().time()
+    renders: list[tuple[float, str]] = []
+
+    def rendered(message: dict[str, Any]) -> bool:
+        for op in message.get("ops", []):
+            if op["id"].startswith("render-1-"):
+                renders.append((asyncio.get_running_loop().time(), op["html"]))
+        return idle(message)
+
+    await until(communicator, got, rendered)
+    assert any("<strong>30</strong>" in html for _, html in renders), "formatted before the step ended"
+    assert any("<ul>\n<li>one</li>" in html for _, html in renders)
+    tails = [at for at, html in renders if 'class="md-chunk md-tail"' in html]
+    streaming = renders[-1][0] - started
+    assert 3 <= len(tails) <= streaming / 0.1 + 2, "the tail is rendered again at most about every 100 ms"
+    assert LONG[-20:] in got.puts["turn-1"] and 'class="md-chunk' not in got.puts["turn-1"]
+    await communicator.disconnect()
+
+
 async def test_a_tab_that_reconnects_gets_only_what_it_lacks(
     live_session: ChatSession, ada_cookie: str, model: ScriptedServer
 ) -> None:

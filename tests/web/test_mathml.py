@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chat.web import rendering
+from chat.web import mathml, rendering
 from chat.web.mathml import latex_to_mathml
 from chat.web.rendering import markdown_html, render_markdown, sanitize
 
@@ -93,7 +93,20 @@ def test_bad_tex_shows_its_source_as_code(source: str) -> None:
 def test_very_long_math_is_shown_as_source() -> None:
     source = "x+" * 3000 + "x"
     assert latex_to_mathml(source, display=False) is None
-    assert "<code>" in render_markdown(f"${source}$")
+    assert render_markdown(f"${source}$") == f"<p>${source}$</p>\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["$a " * 17_000, "$$a " * 12_000, "\\(a " * 12_000, "$$a\n" * 12_000, "\\[x\n" * 12_000, "> \\[x\n" * 9_000],
+)
+def test_text_full_of_openers_is_read_about_once(text: str) -> None:
+    """No opener searches further than ``MAX_MATH_CHARS`` nor again where an earlier one found no closer."""
+    env: dict[str, object] = {}
+    rendering._parser().parse(text, env)
+    searched = env[mathml.SEARCHED]
+    assert isinstance(searched, mathml._Searched)
+    assert searched.chars <= 3 * len(text)
 
 
 def test_the_sanitizer_keeps_mathml_and_drops_what_is_not_listed() -> None:
