@@ -315,7 +315,7 @@ class LastRequest(models.Model):
 
 
 class Theme(models.TextChoices):
-    SYSTEM = "system", "As the system"
+    SYSTEM = "system", "System"
     LIGHT = "light", "Off"
     DARK = "dark", "On"
 
