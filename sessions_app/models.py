@@ -315,7 +315,7 @@ class LastRequest(models.Model):
 
 
 class Theme(models.TextChoices):
-    SYSTEM = "system", "System"
+    SYSTEM = "system", "As the system"
     LIGHT = "light", "Off"
     DARK = "dark", "On"
 

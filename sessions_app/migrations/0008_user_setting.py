@@ -17,7 +17,7 @@ class Migration(migrations.Migration):
                 (
                     "theme",
                     models.CharField(
-                        choices=[("system", "System"), ("light", "Off"), ("dark", "On")],
+                        choices=[("system", "As the system"), ("light", "Off"), ("dark", "On")],
                         default="system",
                         max_length=10,
                     ),
