@@ -87,8 +87,22 @@ class WorkspaceAdmin(KeepsSessionsAdmin):
 @admin.register(ModelEndpoint)
 class ModelEndpointAdmin(KeepsSessionsAdmin):
     session_link = "endpoint"
-    list_display = ["name", "base_url", "model", "context_window"]
+    list_display = ["name", "base_url", "model", "context_window", "window_read", "window_used"]
     search_fields = ["name", "base_url", "model"]
+    readonly_fields = ["window_read", "window_used"]
+
+    @admin.display(description="window the server says")
+    def window_read(self, obj: ModelEndpoint) -> str:
+        if obj.server_window_url != obj.base_url or obj.server_window_read_at is None:
+            return "not asked yet"
+        asked = obj.server_window_read_at.strftime("%Y-%m-%d %H:%M UTC")
+        if obj.server_context_window is None:
+            return f"the server does not say (asked {asked})"
+        return f"{obj.server_context_window:,} tokens (asked {asked})"
+
+    @admin.display(description="window used")
+    def window_used(self, obj: ModelEndpoint) -> str:
+        return f"{obj.window:,} tokens"
 
 
 admin.site.unregister(get_user_model())

@@ -36,7 +36,13 @@ class ModelEndpoint(models.Model):
     base_url = models.URLField(max_length=500)
     api_key = models.CharField(max_length=500, blank=True)
     model = models.CharField(max_length=200, blank=True)
-    context_window = models.PositiveIntegerField(default=8192)
+    context_window = models.PositiveIntegerField(
+        default=8192, help_text="Tokens; used where the server does not say its own (llama.cpp's /props does)."
+    )
+    # What the server said at ``server_window_url`` (llama.cpp's /props n_ctx), and when it was asked.
+    server_context_window = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    server_window_url = models.CharField(max_length=500, blank=True, editable=False)
+    server_window_read_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -44,6 +50,13 @@ class ModelEndpoint(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def window(self) -> int:
+        """The context window in tokens: what the server said at this URL, else the configured one."""
+        if self.server_context_window and self.server_window_url == self.base_url:
+            return self.server_context_window
+        return self.context_window
 
 
 class Mode(models.TextChoices):
@@ -89,6 +102,9 @@ class Generation(models.Model):
     summary = models.TextField(blank=True)
     table = models.TextField(blank=True)
     covers_through_turn = models.PositiveIntegerField(null=True, blank=True)
+    # Set where a reply was compacted while it ran: turn ``covers_through_turn`` goes on in this generation,
+    # its message and its steps after this one carried, the ones up to it summarized.
+    resumes_after_step = models.PositiveIntegerField(null=True, blank=True)
     taken_back = models.BooleanField(default=False)
     revision = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -264,7 +264,7 @@ class ReplyLoop:
         last = ModelRequest.objects.filter(session=self.session, prompt_tokens__isnull=False).order_by("-id").first()
         if last is None or last.kind == RequestKind.COMPACTION or last_live_turn(self.session) is None:
             return
-        threshold = self.config.compaction_auto_at * self.session.endpoint.context_window
+        threshold = self.config.compaction_auto_at * self.session.endpoint.window
         if last.prompt_tokens is not None and last.prompt_tokens > threshold:
             try:
                 yield from self._compact()

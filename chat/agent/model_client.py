@@ -93,6 +93,45 @@ class ModelHTTPError(ModelError):
         self.excerpt = excerpt
 
 
+class ModelContextExceeded(ModelHTTPError):
+    """The server refused the request as larger than its context (llama.cpp's ``exceed_context_size_error``)."""
+
+    def __init__(self, *, url: str, status: int, excerpt: str, n_prompt_tokens: int | None, n_ctx: int | None) -> None:
+        size = f"{n_prompt_tokens:,} tokens" if n_prompt_tokens else "larger than the model's context window"
+        window = f"; the model's context window is {n_ctx:,}" if n_ctx else ""
+        message = (
+            f"The model server at {url} refused the request: it is {size}{window}. "
+            "Compact now, start a new session, or use a model with a larger window."
+        )
+        super().__init__(message, url=url, status=status, excerpt=excerpt)
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+
+
+def context_exceeded(body: bytes, *, url: str, status: int) -> ModelContextExceeded | None:
+    """The error for a server's answer that says the request does not fit its context, else ``None``."""
+    try:
+        data = json.loads(body.decode("utf-8", errors="replace"))
+    except ValueError:
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return None
+    message = error.get("message")
+    said = error.get("type") == "exceed_context_size_error" or (
+        isinstance(message, str) and "exceeds the available context size" in message
+    )
+    if not said:
+        return None
+    return ModelContextExceeded(
+        url=url,
+        status=status,
+        excerpt=_error_excerpt(body),
+        n_prompt_tokens=_int_or_none(error.get("n_prompt_tokens")),
+        n_ctx=_int_or_none(error.get("n_ctx")),
+    )
+
+
 class ModelProtocolError(ModelError):
     pass
 
@@ -664,6 +703,10 @@ class ModelStream:
                 error = chunk.get("error")
                 if event.event == "error" or (error is not None and "choices" not in chunk):
                     status = _int_or_none(error.get("code")) if isinstance(error, dict) else None
+                    exceeded = context_exceeded(data.encode(), url=url, status=status or 200)
+                    if exceeded is not None:
+                        exceeded.partial = partial()
+                        raise exceeded
                     excerpt = _error_excerpt(data.encode())
                     raise ModelHTTPError(
                         f"The model server at {url} reported an error mid-stream: {excerpt}",
@@ -715,6 +758,9 @@ class ModelStream:
                 elif isinstance(item, _Head):
                     head = item
                     if item.status != 200:
+                        exceeded = context_exceeded(item.body, url=url, status=item.status)
+                        if exceeded is not None:
+                            raise exceeded
                         excerpt = _error_excerpt(item.body)
                         raise ModelHTTPError(
                             f"The model server at {url} answered HTTP {item.status}: {excerpt}",

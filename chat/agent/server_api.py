@@ -8,7 +8,10 @@ What a server does not offer is remembered a while so it is not asked again on e
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from time import monotonic
@@ -19,6 +22,7 @@ import httpx
 TIMEOUT = 10.0
 UNOFFERED_KEPT_SECONDS = 300.0
 NOT_OFFERED_STATUSES = frozenset({404, 405, 501})
+KEPT_PROMPTS = 64
 
 
 class ServerAPIError(Exception):
@@ -143,3 +147,41 @@ def apply_template(
     data = _call(base_url, "/apply-template", api_key=api_key, payload=payload, timeout=timeout)
     prompt = data.get("prompt") if isinstance(data, dict) else None
     return prompt if isinstance(prompt, str) else None
+
+
+_kept_prompts: OrderedDict[tuple[str, str], tuple[int, ...]] = OrderedDict()
+_kept_prompts_lock = threading.Lock()
+
+
+def prompt_tokens(
+    base_url: str,
+    messages: Sequence[dict[str, Any]],
+    *,
+    tools: Sequence[dict[str, Any]] | None = None,
+    api_key: str | None = None,
+    timeout: float = TIMEOUT,
+) -> tuple[int, ...] | None:
+    """The tokens the server reads for a chat request: its template applied, then its tokenizer (BOS included).
+
+    ``None`` where the server offers either not. The last few answers are kept by the request's content, so the
+    size check before a request and the cache check after it ask the server once.
+    """
+    key_source = json.dumps([list(messages), list(tools or ())], sort_keys=True, ensure_ascii=False)
+    key = (server_root(base_url), hashlib.sha256(key_source.encode("utf-8", "surrogatepass")).hexdigest())
+    with _kept_prompts_lock:
+        kept = _kept_prompts.get(key)
+        if kept is not None:
+            _kept_prompts.move_to_end(key)
+            return kept
+    prompt = apply_template(base_url, messages, tools=tools, api_key=api_key, timeout=timeout)
+    if prompt is None:
+        return None
+    tokens = tokenize(base_url, prompt, add_special=True, api_key=api_key, timeout=timeout)
+    if tokens is None:
+        return None
+    answer = tuple(tokens)
+    with _kept_prompts_lock:
+        _kept_prompts[key] = answer
+        while len(_kept_prompts) > KEPT_PROMPTS:
+            _kept_prompts.popitem(last=False)
+    return answer

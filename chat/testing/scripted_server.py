@@ -12,6 +12,13 @@ template and split into crude tokens (words with their leading space, punctuatio
 blanks); `cached_tokens` is the longest token prefix shared with any earlier processed request,
 at most the prompt's length minus one (as llama-server always evaluates the last token again).
 
+A small context, as llama.cpp has one: `ScriptedServer(n_ctx=N)` refuses a request whose prompt takes N tokens
+or more with llama.cpp's HTTP 400 (`exceed_context_size_error`, with `n_prompt_tokens` and `n_ctx`), and answers
+what llama.cpp offers beside the OpenAI API: `GET /props` (`default_generation_settings.n_ctx`), `POST
+/apply-template` (the ChatML-like prompt above) and `POST /tokenize` (the crude tokens, each as a stable
+number; no BOS is added, so a prompt's count equals the `prompt_tokens` it is billed). `server_api=False` keeps
+the window but offers none of the three, like a server that says nothing about itself.
+
 Faults: `refuse` (read the request, close without answering), `http500` (a llama-server-style
 JSON error; the step's text is its message), `malformed` (a `data: {not json` event mid-stream),
 `cut` (some text, then the connection closes without `[DONE]`), `stall` (the role delta, then
@@ -33,6 +40,7 @@ import re
 import socket
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -138,6 +146,27 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text)
 
 
+def token_id(token: str) -> int:
+    """The number `/tokenize` gives a crude token: stable across runs and servers."""
+    return zlib.crc32(token.encode("utf-8", "surrogatepass")) & 0xFFFFFF
+
+
+def exceeds_context(n_prompt_tokens: int, n_ctx: int) -> dict[str, Any]:
+    """llama.cpp's answer to a prompt that does not fit its context (HTTP 400), as its server writes it."""
+    message = (
+        f"request ({n_prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it"
+    )
+    return {
+        "error": {
+            "code": 400,
+            "message": message,
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": n_prompt_tokens,
+            "n_ctx": n_ctx,
+        }
+    }
+
+
 def _shared_prefix(a: list[str], b: list[str]) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):
@@ -155,6 +184,7 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    request_queue_size = 256  # a hundred replies connect at once; the default backlog of 5 makes some wait 1 s
 
     def __init__(self, address: tuple[str, int], owner: ScriptedServer) -> None:
         self.owner = owner
@@ -208,6 +238,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"object": "list", "data": models})
         elif path in ("/health", "/v1/health"):
             self._send_json(200, {"status": "ok"})
+        elif path == "/props" and self._owner.server_api:
+            settings = {"n_ctx": self._owner.n_ctx or 0, "params": {"n_predict": -1}}
+            self._send_json(200, {"default_generation_settings": settings, "total_slots": 1, "chat_template": ""})
         else:
             self._error(404, f"File Not Found: {path}", "not_found_error")
 
@@ -215,10 +248,13 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         path = self._path()
+        owner = self._owner
+        if path in ("/tokenize", "/apply-template") and owner.server_api:
+            self._server_api(path, raw)
+            return
         if path not in ("/v1/chat/completions", "/chat/completions"):
             self._error(404, f"File Not Found: {path}", "not_found_error")
             return
-        owner = self._owner
         number = owner._record(raw)
         try:
             request = json.loads(raw)
@@ -226,6 +262,10 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ValueError("not an object")
         except ValueError:
             self._error(400, "Failed to parse the request body as JSON", "invalid_request_error")
+            return
+        prompt = tokenize(render_prompt(request))
+        if owner.n_ctx is not None and len(prompt) >= owner.n_ctx:
+            self._send_json(400, exceeds_context(len(prompt), owner.n_ctx))
             return
         step = owner._next_step()
         if step.fault == "refuse":
@@ -238,7 +278,6 @@ class _Handler(BaseHTTPRequestHandler):
             page = b"<html><head><title>502 Bad Gateway</title></head><body>Bad Gateway</body></html>"
             self._send_json(200, page, content_type="text/html")
             return
-        prompt = tokenize(render_prompt(request))
         cached = owner._cache(prompt)
         answer = _Answer(step, number, owner.model, len(prompt), cached)
         try:
@@ -248,6 +287,21 @@ class _Handler(BaseHTTPRequestHandler):
                 self._whole(answer)
         except (_Closed, OSError):
             self.close_connection = True
+
+    def _server_api(self, path: str, raw: bytes) -> None:
+        try:
+            request = json.loads(raw)
+            if not isinstance(request, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            self._error(400, "Failed to parse the request body as JSON", "invalid_request_error")
+            return
+        if path == "/apply-template":
+            self._send_json(200, {"prompt": render_prompt(request)})
+        else:
+            content = request.get("content")
+            text = content if isinstance(content, str) else ""
+            self._send_json(200, {"tokens": [token_id(token) for token in tokenize(text)]})
 
     def _wait(self, seconds: float) -> None:
         if seconds > 0 and self._owner._closing.wait(seconds):
@@ -425,8 +479,12 @@ class ScriptedServer:
         port: int = 0,
         when_empty: Step | None = None,
         listed: Sequence[str] | None = None,
+        n_ctx: int | None = None,
+        server_api: bool | None = None,
     ) -> None:
         self.model = model
+        self.n_ctx = n_ctx
+        self.server_api = n_ctx is not None if server_api is None else server_api
         self.listed = list(listed) if listed is not None else [model]
         self._host = host
         self.when_empty = when_empty or Step(text="(script empty)")
@@ -531,9 +589,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--script", type=Path, help="JSON file: a list of step objects")
     parser.add_argument("--model", default="scripted")
+    parser.add_argument(
+        "--n-ctx", type=int, help="a context of this many tokens, with /props, /tokenize, /apply-template"
+    )
     args = parser.parse_args(argv)
     script = load_script(args.script) if args.script else []
-    with ScriptedServer(script, model=args.model, host=args.host, port=args.port) as server:
+    with ScriptedServer(script, model=args.model, host=args.host, port=args.port, n_ctx=args.n_ctx) as server:
         print(f"serving {len(script)} step(s) at {server.base_url} (Ctrl-C stops)", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()

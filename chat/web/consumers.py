@@ -194,7 +194,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         caught = await database_sync_to_async(catch_up)(self.session_id, state)
         for text in caught.messages:
             await self.send(text_data=text)
-        if caught.running:
+        if caught.running or jobs.busy(self.session_id):
             await jobs.ask_live(self.session_id, self.channel_name)
 
     async def send_message(self, text: object) -> None:
@@ -214,7 +214,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         await self.start(jobs.Edit(turn=number, words=text.strip(), restore=restore))
 
     async def start(self, action: jobs.Action) -> bool:
-        if await database_sync_to_async(_running)(self.session_id):
+        if jobs.busy(self.session_id) or await database_sync_to_async(_running)(self.session_id):
             await self.notice("A reply is already running in this session; wait for it or stop it first.")
             return False
         await jobs.start(self.session_id, action, reply_to=self.channel_name)

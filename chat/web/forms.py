@@ -12,7 +12,8 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from chat.agent.endpoints import FALLBACK_MODEL, EndpointModels, endpoint_models
 from sessions_app.models import ChatSession, Mode, ModelEndpoint, Theme, Workspace
-from sessions_app.selectors.sessions import endpoint_default, workspaces_for
+from sessions_app.selectors.search import QUERY_CHARS
+from sessions_app.selectors.sessions import endpoint_default, session_models, session_workspaces, workspaces_for
 
 MODEL_MAX_LENGTH = 200
 ID_DIGITS = 18
@@ -152,6 +153,32 @@ class ModelChangeForm(_ModelChoiceForm):
 
 class RenameForm(forms.Form):
     title = forms.CharField(max_length=200, required=False)
+
+
+class SessionSearchForm(forms.Form):
+    """The search box of the session list and its filters; a plain GET form, so it works without scripts."""
+
+    q = forms.CharField(max_length=QUERY_CHARS, required=False, label="Search sessions")
+    workspace = forms.TypedChoiceField(
+        required=False, coerce=int, empty_value=None, widget=forms.Select(attrs={"aria-label": "Workspace"})
+    )
+    model = forms.ChoiceField(required=False, widget=forms.Select(attrs={"aria-label": "Model"}))
+
+    def __init__(self, *args: Any, owner: AbstractBaseUser | AnonymousUser, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "search-%s")
+        super().__init__(*args, **kwargs)
+        workspace = self.fields["workspace"]
+        assert isinstance(workspace, forms.TypedChoiceField)
+        workspace.choices = [("", "All workspaces"), *((str(pk), name) for pk, name in session_workspaces(owner=owner))]
+        model = self.fields["model"]
+        assert isinstance(model, forms.ChoiceField)
+        model.choices = [("", "All models"), *((name, name) for name in session_models(owner=owner))]
+
+    @property
+    def filtered(self) -> bool:
+        return (
+            self.is_bound and self.is_valid() and any(self.cleaned_data.get(key) for key in ("q", "workspace", "model"))
+        )
 
 
 class ThemeForm(forms.Form):

@@ -83,7 +83,7 @@ def transcript_put(page: TranscriptPage, *, session_id: int) -> Put:
 
 
 def chart_window(session: ChatSession) -> int:
-    return session.endpoint.context_window or CHART_WINDOW_DEFAULT
+    return session.endpoint.window or CHART_WINDOW_DEFAULT
 
 
 def chart_markup(session: ChatSession, requests: Sequence[ModelRequest], *, more: int, first_index: int) -> str:

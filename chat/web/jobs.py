@@ -5,19 +5,25 @@ A job belongs to no websocket: the reply goes on when the tab that asked for it 
 the job listens on the session's reply group, so a Stop or a request for the live text reaches it from
 any tab served by any process (through Redis where several serve). Whether a reply runs is not the job's
 to say: the session's reply lock, which the loop holds, is the one truth of it.
+
+A running action holds one database connection (the lock lives on it) for as long as it runs, so at most
+``CACHET_MAX_REPLIES`` of them run at once in a process; the others wait their turn in order, holding no
+connection, and their tabs say so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from channels.layers import BaseChannelLayer, get_channel_layer
+from django.conf import settings
 from django.db import close_old_connections, connection
 
 from chat.agent.events import ReplyEvent, TurnStarted
@@ -33,6 +39,68 @@ logger = logging.getLogger(__name__)
 
 STOP = "reply.stop"
 LIVE = "reply.live"
+STOPPED_WAITING = "Stopped before it started; nothing was sent to the model."
+
+
+class ReplySlots:
+    """At most ``limit`` holders at once in this process; the others wait first come, first served."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._queue: collections.deque[object] = collections.deque()
+        self.holding = 0
+        self.peak = 0
+
+    def acquire(self, *, limit: int, cancelled: Callable[[], bool], waiting: Callable[[int], None]) -> bool:
+        """Wait for a slot; ``waiting(ahead)`` is told how many wait before this one whenever that changes.
+        False when ``cancelled()`` became true first (then no slot is held)."""
+        ticket = object()
+        told: int | None = None
+        with self._condition:
+            self._queue.append(ticket)
+        while True:
+            with self._condition:
+                ahead = self._queue.index(ticket)
+                if ahead == 0 and self.holding < max(1, limit):
+                    self._queue.popleft()
+                    self.holding += 1
+                    self.peak = max(self.peak, self.holding)
+                    self._condition.notify_all()
+                    return True
+                if cancelled():
+                    self._queue.remove(ticket)
+                    self._condition.notify_all()
+                    return False
+                if ahead == told:
+                    self._condition.wait()
+                    continue
+            told = ahead
+            waiting(ahead)
+
+    def release(self) -> None:
+        with self._condition:
+            self.holding -= 1
+            self._condition.notify_all()
+
+    def wake(self) -> None:
+        """Let waiters look again whether they were cancelled."""
+        with self._condition:
+            self._condition.notify_all()
+
+    @property
+    def waiting(self) -> int:
+        with self._condition:
+            return len(self._queue)
+
+
+SLOTS = ReplySlots()
+
+
+def waiting_label(ahead: int) -> str:
+    """What the tabs of a session whose reply waits for a slot show."""
+    if ahead:
+        return f"Waiting: the server is busy with other replies ({ahead} waiting before this one)…"
+    return "Waiting: the server is busy with other replies; this one is next…"
 
 
 class Action:
@@ -121,6 +189,7 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     relay: Relay = field(init=False)
+    waiting: str = ""  # the label while the job waits for a slot
     _listener: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
@@ -141,7 +210,11 @@ class Job:
                 message = await self.layer.receive(channel)
                 if message.get("type") == STOP:
                     self.cancel.set()
+                    SLOTS.wake()
                 elif message.get("type") == LIVE and isinstance(message.get("reply_to"), str):
+                    if self.waiting:
+                        for text in pack([fragments.controls_put(running=True, label=self.waiting)]):
+                            self.relay.put(_Send(text, message["reply_to"]))
                     self.relay.put(_Snapshot(message["reply_to"]))
         finally:
             with contextlib.suppress(Exception):
@@ -160,7 +233,30 @@ class Job:
             for text in pack(list(ops)):
                 self.relay.put(_Send(text, self.reply_to))
 
+    def _wait(self, ahead: int) -> None:
+        self.waiting = waiting_label(ahead)
+        for text in pack([fragments.controls_put(running=True, label=self.waiting)]):
+            self.relay.put(_Send(text, None))
+
     def _main(self) -> None:
+        if not SLOTS.acquire(limit=settings.CACHET_MAX_REPLIES, cancelled=self.cancel.is_set, waiting=self._wait):
+            self._stopped_waiting()
+            return
+        self.waiting = ""
+        try:
+            self._run()
+        finally:
+            SLOTS.release()
+
+    def _stopped_waiting(self) -> None:
+        try:
+            if isinstance(self.action, Send | Edit):
+                self._direct(fragments.composer_put(self.action.words))
+            self._direct(fragments.notice_put(STOPPED_WAITING, level="info"))
+        finally:
+            self._finish()
+
+    def _run(self) -> None:
         started_turn = False
         try:
             close_old_connections()
@@ -182,18 +278,26 @@ class Job:
                 self._direct(fragments.composer_put(self.action.words))
             self._direct(fragments.notice_put(person_message(error), level="error"))
         finally:
-            try:
-                for text in pack([fragments.controls_put(running=False)]):
-                    self.relay.put(_Send(text, None))
-            except Exception:
-                logger.exception("session %s: could not send the idle state", self.session_id)
-            self.relay.close()
             connection.close()
-            self.done.set()
-            self.event_loop.call_soon_threadsafe(lambda: self.event_loop.create_task(self._end()))
+            self._finish()
+
+    def _finish(self) -> None:
+        try:
+            for text in pack([fragments.controls_put(running=False)]):
+                self.relay.put(_Send(text, None))
+        except Exception:
+            logger.exception("session %s: could not send the idle state", self.session_id)
+        self.relay.close()
+        self.done.set()
+        self.event_loop.call_soon_threadsafe(lambda: self.event_loop.create_task(self._end()))
 
 
 _running: set[Job] = set()
+
+
+def busy(session_id: int) -> bool:
+    """Whether a job of this process is running or waiting for the session (the lock says only the former)."""
+    return any(job.session_id == session_id and not job.done.is_set() for job in list(_running))
 
 
 async def start(session_id: int, action: Action, *, reply_to: str | None) -> Job:
@@ -227,4 +331,5 @@ def wait_idle(timeout: float = 30.0, *, cancel: bool = False) -> bool:
     for job in jobs:
         if cancel:
             job.cancel.set()
+    SLOTS.wake()
     return all(job.done.wait(timeout) for job in jobs)

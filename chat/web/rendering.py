@@ -3,7 +3,8 @@
 Everything a person or a model wrote goes through :func:`markdown_html`. markdown-it's ``js-default``
 preset escapes raw HTML and refuses ``javascript:`` links; nh3 then keeps only the tags, attributes,
 classes and URL schemes listed here, whatever the markdown produced. Images are never shown: an image
-becomes a plain link to its address, so a page never loads a picture from another host.
+becomes a plain link to its address, so a page never loads a picture from another host. TeX math becomes
+MathML (``chat.web.mathml``), and each code block gets a **Copy** button (``static/cachet/copy.js``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.token import STANDARD_TYPES
 from pygments.util import ClassNotFound
+
+from chat.web.mathml import MATHML_ATTRIBUTES, MATHML_TAGS, math_plugin
 
 ALLOWED_TAGS = frozenset(
     {
@@ -57,8 +60,11 @@ ALLOWED_TAGS = frozenset(
         "tr",
         "ul",
     }
+    | MATHML_TAGS
 )
-ALLOWED_ATTRIBUTES: dict[str, set[str]] = {"a": {"href", "title"}, "ol": {"start"}}
+ALLOWED_ATTRIBUTES: dict[str, set[str]] = {"a": {"href", "title"}, "ol": {"start"}} | {
+    tag: set(MATHML_ATTRIBUTES) for tag in MATHML_TAGS
+}
 URL_SCHEMES = frozenset({"http", "https", "mailto"})
 CODE_CLASSES = frozenset(name for name in STANDARD_TYPES.values() if name)
 MAX_HIGHLIGHT_CHARS = 200_000
@@ -85,10 +91,23 @@ def _image_as_link(
 
 
 @cache
-def _parser() -> MarkdownIt:
-    parser = MarkdownIt("js-default", {"highlight": _highlight}).enable("table").enable("strikethrough")
+def _parser(*, breaks: bool = False) -> MarkdownIt:
+    """The model's markdown; with ``breaks``, a person's, where each line break they typed stays one."""
+    parser = MarkdownIt("js-default", {"highlight": _highlight, "breaks": breaks})
+    parser.enable("table").enable("strikethrough").use(math_plugin)
     parser.add_render_rule("image", _image_as_link)
     return parser
+
+
+_PRE = "<pre>"
+_CODE_BLOCK = '<div class="code-block"><button type="button" class="copy copy-code">Copy</button><pre>'
+
+
+def _with_copy_buttons(html: str) -> str:
+    """Each sanitized ``<pre>`` (nh3 leaves it without attributes) in a box with its Copy button."""
+    if _PRE not in html:
+        return html
+    return html.replace(_PRE, _CODE_BLOCK).replace("</pre>", "</pre></div>")
 
 
 def sanitize(html: str) -> str:
@@ -107,20 +126,27 @@ def sanitize(html: str) -> str:
     )
 
 
-RENDERING_VERSION = 1
+RENDERING_VERSION = 2
 
 
-def markdown_html(text: str) -> SafeString:
+def render_markdown(text: str, *, breaks: bool = False) -> str:
+    """``text`` as sanitized HTML, rendered now (no cache)."""
+    return _with_copy_buttons(sanitize(_parser(breaks=breaks).render(text)))
+
+
+def markdown_html(text: str, *, breaks: bool = False) -> SafeString:
     """``text`` as sanitized HTML: safe to mark safe and put inside an ``hx-disable`` element.
 
-    A text is rendered once: the HTML is kept in the cache under the text's hash, for every view after.
+    A text is rendered once: the HTML is kept in the cache under the renderer's version and the text's hash,
+    for every view after. ``breaks`` keeps every line break (a person's message).
     """
     if not text:
         return mark_safe("")
-    key = f"md:{RENDERING_VERSION}:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()}"
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    key = f"md:{RENDERING_VERSION}:{'br' if breaks else 'p'}:{digest}"
     html = rendered_cache.get(key)
     if not isinstance(html, str):
-        html = sanitize(_parser().render(text))
+        html = render_markdown(text, breaks=breaks)
         rendered_cache.set(key, html, timeout=None)
     return mark_safe(html)
 

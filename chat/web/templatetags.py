@@ -17,6 +17,12 @@ def markdown(text: str | None) -> SafeString:
     return markdown_html(text or "")
 
 
+@register.filter(name="words")
+def words(text: str | None) -> SafeString:
+    """A person's message rendered as sanitized markdown, each line break they typed kept."""
+    return markdown_html(text or "", breaks=True)
+
+
 @register.filter(name="rid")
 def rid(number: int | None) -> str:
     """A result number as its id, ``#0003``."""

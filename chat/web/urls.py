@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 import cachet.converters  # noqa: F401  (registers the ``id`` converter)
-from chat.web import views
+from chat.web import transfer, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -12,9 +12,12 @@ urlpatterns = [
     path("sessions/<id:session_id>/", views.session_page, name="session"),
     path("sessions/<id:session_id>/rename", views.session_rename_view, name="session_rename"),
     path("sessions/<id:session_id>/delete", views.session_delete_view, name="session_delete"),
+    path("sessions/<id:session_id>/export.md", transfer.export_markdown, name="session_export_markdown"),
+    path("sessions/<id:session_id>/export.json", transfer.export_json, name="session_export_json"),
     path("sessions/<id:session_id>/chart", views.session_chart, name="session_chart"),
     path("sessions/<id:session_id>/models", views.session_models, name="session_models"),
     path("sessions/<id:session_id>/turns/", views.session_turns, name="session_turns"),
     path("sessions/<id:session_id>/turns/<id:number>/", views.session_turn, name="session_turn"),
+    path("sessions/<id:session_id>/turns/<id:number>/source", views.session_turn_source, name="session_turn_source"),
     path("sessions/<id:session_id>/results/<id:number>/", views.result_page, name="result"),
 ]

@@ -15,11 +15,12 @@ from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.tools import tool_list
 from chat.web import fragments
 from chat.web.display import call_target, result_id, result_status, single_turn, transcript_page
-from chat.web.forms import ModelChangeForm, NewSessionForm, RenameForm, ThemeForm
+from chat.web.forms import ModelChangeForm, NewSessionForm, RenameForm, SessionSearchForm, ThemeForm
 from chat.web.sync import chart_requests
 from sessions_app import prompts
 from sessions_app.hygiene import count_lines, line_window
 from sessions_app.models import ChatSession, Mode, ModelRequest, RequestStatus, Theme, Turn
+from sessions_app.selectors.search import SEARCH_LIMIT, session_search
 from sessions_app.selectors.sessions import endpoint_list, result_get, session_get, session_list
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_delete, session_rename, session_start
@@ -42,7 +43,30 @@ def _session(request: HttpRequest, session_id: int) -> ChatSession:
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "chat/home.html", {"sessions": session_list(owner=request.user)})
+    """The session list, with the search box: a search shows the best matches with a snippet each. An htmx
+    request (the box as one types) gets the results alone."""
+    form = SessionSearchForm(request.GET or None, owner=request.user)
+    context: dict[str, Any] = {"form": form, "searched": False}
+    if form.filtered:
+        data = form.cleaned_data
+        sessions = session_list(owner=request.user)
+        if data["workspace"] is not None:
+            sessions = sessions.filter(workspace_id=data["workspace"])
+        if data["model"]:
+            sessions = sessions.filter(model_name=data["model"])
+        if data["q"].strip():
+            context["hits"] = session_search(
+                owner=request.user, text=data["q"], workspace_id=data["workspace"], model_name=data["model"]
+            )
+            context["limit"] = SEARCH_LIMIT
+        else:
+            context["sessions"] = sessions
+        context["searched"] = True
+    else:
+        context["sessions"] = session_list(owner=request.user)
+    if request.headers.get("HX-Request") and not request.headers.get("HX-History-Restore-Request"):
+        return render(request, "chat/_session_results.html", context)
+    return render(request, "chat/home.html", context)
 
 
 def _endpoints() -> list[EndpointModels]:
@@ -119,6 +143,17 @@ def session_turn(request: HttpRequest, session_id: int, number: int) -> HttpResp
     if request.GET.get("whole"):
         return render(request, "chat/turn_whole.html", {"session": session, "turn": turn, "t": view})
     return render(request, "chat/_turn.html", {"t": view, "session_id": session.pk})
+
+
+@login_required
+@require_GET
+def session_turn_source(request: HttpRequest, session_id: int, number: int) -> HttpResponse:
+    """A reply's markdown as the model wrote it, for its Copy button."""
+    session = _session(request, session_id)
+    turn = Turn.objects.filter(session=session, number=number).only("reply_text").first()
+    if turn is None:
+        raise Http404("No such turn.")
+    return HttpResponse(turn.reply_text, content_type="text/plain; charset=utf-8")
 
 
 @login_required

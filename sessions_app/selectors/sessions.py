@@ -87,3 +87,14 @@ def result_get(*, owner: AbstractBaseUser | AnonymousUser, session_id: int, numb
 def stored_full_text(session: ChatSession, number: int) -> str | None:
     """The full text of result ``number`` of ``session`` for ``recall``: taken-back turns' results too."""
     return Result.objects.filter(session=session, number=number).values_list("full_text", flat=True).first()
+
+
+def session_workspaces(*, owner: AbstractBaseUser | AnonymousUser) -> list[tuple[int, str]]:
+    """The workspaces the owner's sessions are on, as ids and names, by name."""
+    rows = session_list(owner=owner).order_by().values_list("workspace_id", "workspace__name").distinct()
+    return sorted(rows, key=lambda row: row[1])
+
+
+def session_models(*, owner: AbstractBaseUser | AnonymousUser) -> list[str]:
+    """The models the owner's sessions use, by name."""
+    return sorted(session_list(owner=owner).order_by().values_list("model_name", flat=True).distinct())

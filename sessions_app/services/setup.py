@@ -7,6 +7,7 @@ from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
 from sessions_app.models import DEFAULT_ENDPOINT_NAME, ModelEndpoint, Workspace
 
@@ -71,3 +72,15 @@ def admin_seed(*, username: str = "admin") -> str | None:
         user.set_password(password)
         user.save()
     return password
+
+
+@transaction.atomic
+def endpoint_window_record(*, endpoint: ModelEndpoint, url: str, tokens: int | None) -> ModelEndpoint:
+    """Keep what the server at ``url`` says its context window is (``None``: it does not say), and when it said it."""
+    endpoint.server_context_window = tokens
+    endpoint.server_window_url = url
+    endpoint.server_window_read_at = timezone.now()
+    ModelEndpoint.objects.filter(pk=endpoint.pk).update(
+        server_context_window=tokens, server_window_url=url, server_window_read_at=endpoint.server_window_read_at
+    )
+    return endpoint

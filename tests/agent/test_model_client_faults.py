@@ -265,3 +265,18 @@ def test_http_error_excerpt_is_short() -> None:
     with pytest.raises(ModelHTTPError) as caught:
         stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client).complete()
     assert len(caught.value.excerpt) <= 300
+
+
+def test_a_request_past_the_context_is_a_clear_error() -> None:
+    from chat.agent.model_client import ModelContextExceeded
+
+    with ScriptedServer(n_ctx=5) as small, pytest.raises(ModelContextExceeded) as raised:
+        ask(small)
+    error = raised.value
+    assert (error.status, error.n_ctx) == (400, 5)
+    assert error.n_prompt_tokens is not None and error.n_prompt_tokens > 5
+    assert str(error) == (
+        f"The model server at {url_of(small)} refused the request: it is "
+        f"{error.n_prompt_tokens:,} tokens; the model's context window is 5. "
+        "Compact now, start a new session, or use a model with a larger window."
+    )

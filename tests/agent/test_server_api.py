@@ -40,6 +40,8 @@ def test_tokenize_and_apply_template_agree_with_the_server(llama: LlamaServer) -
     without = server_api.tokenize(llama.base_url, prompt, add_special=False)
     assert with_bos is not None and without is not None
     assert 0 < len(without) <= len(with_bos) <= len(without) + 1
+    assert server_api.prompt_tokens(llama.base_url, messages) == tuple(with_bos)
+    assert server_api.prompt_tokens(llama.base_url, messages) == tuple(with_bos)
 
 
 class _Plain(http.server.BaseHTTPRequestHandler):

@@ -228,3 +228,20 @@ def test_a_sessions_page_shows_its_turns_as_a_tree_with_the_live_branch(
     assert '<b>turn 2</b> <span class="cachet-stored">(stored 5)</span> · done · deux' in tree
     assert "(stored 4)</span> · taken back by regenerate · deux" in tree
     assert "(stored 2)</span> · taken back by edit · two" in tree
+
+
+def test_endpoints_show_the_configured_window_and_the_one_the_server_says(staff: Client) -> None:
+    from chat.agent.budget import endpoint_window
+    from chat.testing.scripted_server import ScriptedServer
+
+    with ScriptedServer(n_ctx=4096) as small:
+        endpoint = ModelEndpoint.objects.create(name="small", base_url=small.base_url, context_window=8192)
+        never = ModelEndpoint.objects.create(name="never", base_url="http://127.0.0.1:9/v1", context_window=2048)
+        endpoint_window(endpoint)
+    listing = staff.get(reverse("admin:sessions_app_modelendpoint_changelist")).content.decode()
+    assert re.search(r"4,096 tokens \(asked \d{4}-\d\d-\d\d \d\d:\d\d UTC\)", listing)
+    page = staff.get(reverse("admin:sessions_app_modelendpoint_change", args=[endpoint.pk])).content.decode()
+    assert 'name="context_window" value="8192"' in page
+    assert "4,096 tokens (asked" in page
+    other = staff.get(reverse("admin:sessions_app_modelendpoint_change", args=[never.pk])).content.decode()
+    assert "not asked yet" in other and "2,048 tokens" in other

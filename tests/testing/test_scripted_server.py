@@ -231,3 +231,48 @@ def test_utf8_as_is_and_a_lone_surrogate_as_a_json_escape(server: ScriptedServer
     split = events(server, chat_body(first_turn()))
     assert any('"half \\ud83d"' in line for line in split)
     assert streamed_text(split) == "half \ud83d"
+
+
+def test_a_small_context_answers_props_template_and_tokens_as_llama_cpp_does() -> None:
+    body = json.loads(chat_body(first_turn()))
+    with ScriptedServer(n_ctx=4096) as small:
+        root = small.base_url.removesuffix("/v1")
+        props = httpx.get(root + "/props").json()
+        assert props["default_generation_settings"]["n_ctx"] == 4096
+        prompt = httpx.post(root + "/apply-template", json={"messages": body["messages"]}).json()["prompt"]
+        assert prompt == render_prompt({"messages": body["messages"]})
+        tokens = httpx.post(root + "/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"]
+        assert len(tokens) == len(tokenize(prompt))
+        assert all(isinstance(token, int) for token in tokens)
+        assert httpx.post(root + "/tokenize", json={"content": prompt}).json()["tokens"] == tokens, "stable"
+
+
+def test_a_request_past_the_context_is_refused_as_llama_cpp_refuses_it() -> None:
+    body = chat_body(first_turn())
+    size = len(tokenize(render_prompt(json.loads(body))))
+    with ScriptedServer([Step(text="fits")], n_ctx=size) as small:
+        response = httpx.post(small.base_url + "/chat/completions", content=body)
+        assert response.status_code == 400
+        assert response.json() == {
+            "error": {
+                "code": 400,
+                "message": f"request ({size} tokens) exceeds the available context size ({size} tokens), "
+                "try increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": size,
+                "n_ctx": size,
+            }
+        }
+        assert small.remaining == 1, "a refused request takes no step of the script"
+    with ScriptedServer([Step(text="fits")], n_ctx=size + 1) as roomy:
+        assert events(roomy, body)[-1] == "[DONE]"
+
+
+def test_a_server_that_says_nothing_about_itself_still_has_its_context() -> None:
+    body = chat_body(first_turn())
+    with ScriptedServer(n_ctx=10, server_api=False) as quiet:
+        root = quiet.base_url.removesuffix("/v1")
+        assert httpx.get(root + "/props").status_code == 404
+        assert httpx.post(root + "/tokenize", json={"content": "a"}).status_code == 404
+        assert httpx.post(root + "/apply-template", json={"messages": []}).status_code == 404
+        assert httpx.post(quiet.base_url + "/chat/completions", content=body).status_code == 400

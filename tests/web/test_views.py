@@ -49,7 +49,10 @@ def test_the_root_leads_to_the_login_page_when_logged_out(client: Client) -> Non
     assert client.get("/login/").status_code == 200
 
 
-@pytest.mark.parametrize("path", ["/sessions/new", "/sessions/1/", "/sessions/1/chart", "/sessions/1/results/1/"])
+@pytest.mark.parametrize(
+    "path",
+    ["/sessions/new", "/sessions/1/", "/sessions/1/chart", "/sessions/1/results/1/", "/sessions/1/turns/1/source"],
+)
 def test_every_page_needs_a_login(client: Client, path: str) -> None:
     response = client.get(path)
     assert response.status_code == 302
@@ -196,6 +199,19 @@ def test_the_chat_page_shows_turns_tool_rows_and_the_chart(
     assert "How long are the notes?" in html
 
 
+def test_a_reply_has_copy_and_its_source_is_the_markdown_as_written(
+    ada: Client, live_session: ChatSession, model: ScriptedServer
+) -> None:
+    chatted(live_session, model)
+    source_url = f"/sessions/{live_session.pk}/turns/1/source"
+    html = ada.get(f"/sessions/{live_session.pk}/").content.decode()
+    assert f'class="link copy copy-reply" data-source="{source_url}"' in html
+    response = ada.get(source_url)
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert response.content.decode() == "Reading.\n\nThe notes have **30** lines. <script>alert(1)</script>"
+    assert ada.get(f"/sessions/{live_session.pk}/turns/2/source").status_code == 404
+
+
 def test_an_open_turn_nobody_replies_to_is_shown_interrupted(ada: Client, live_session: ChatSession) -> None:
     turn_start(session=live_session, words="Hello", today="2026-11-29", instructions=None)
     html = ada.get(f"/sessions/{live_session.pk}/").content.decode()
@@ -208,7 +224,7 @@ def test_an_open_turn_nobody_replies_to_is_shown_interrupted(ada: Client, live_s
 def test_another_user_gets_404_everywhere(bob: Client, live_session: ChatSession, model: ScriptedServer) -> None:
     chatted(live_session, model)
     base = f"/sessions/{live_session.pk}"
-    for path in ("/", "/chart", "/results/1/", "/results/2/"):
+    for path in ("/", "/chart", "/results/1/", "/results/2/", "/turns/1/source"):
         assert bob.get(base + path).status_code == 404, path
     assert bob.post(base + "/rename", {"title": "mine"}).status_code == 404
     assert bob.post(base + "/delete").status_code == 404
@@ -272,6 +288,30 @@ def test_the_whole_chart_page(ada: Client, live_session: ChatSession, model: Scr
     chatted(live_session, model)
     html = ada.get(f"/sessions/{live_session.pk}/chart").content.decode()
     assert html.count('<g class="bar"') == 2 and 'data-cause="first"' in html
+
+
+def test_search_sessions_as_a_page_and_as_htmx_results(
+    ada: Client, user: Any, other_user: Any, workspace: Workspace, endpoint: ModelEndpoint
+) -> None:
+    mine = session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="m", tools=[], title="t")
+    turn_start(session=mine, words="Why is the <b>zeppelin</b> flag ignored?", today="2026-11-29", instructions=None)
+    theirs = session_start(owner=other_user, workspace=workspace, endpoint=endpoint, model_name="m", tools=[])
+    turn_start(session=theirs, words="zeppelin too", today="2026-11-29", instructions=None)
+    page = ada.get("/", {"q": "zeppel"}).content.decode()
+    assert '<label for="search-q">Search sessions</label>' in page and 'value="zeppel"' in page
+    assert f'id="session-{mine.pk}"' in page and f'id="session-{theirs.pk}"' not in page
+    assert "&lt;b&gt;<mark>zeppel</mark>in&lt;/b&gt;" in page, "the snippet is escaped, only the marks are markup"
+    results = ada.get("/", {"q": "zeppelin", "workspace": "", "model": ""}, headers={"HX-Request": "true"})
+    html = results.content.decode()
+    assert html.startswith('<div id="session-results">') and "<html" not in html
+    assert "1 session matches" in html
+    assert "No session matches." in ada.get("/", {"q": "absent"}).content.decode()
+    other_model = session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="n", tools=[])
+    turn_start(session=other_model, words="zeppelin on n", today="2026-11-29", instructions=None)
+    by_model = ada.get("/", {"q": "zeppelin", "model": "n"}).content.decode()
+    assert f'id="session-{other_model.pk}"' in by_model and f'id="session-{mine.pk}"' not in by_model
+    listed = ada.get("/", {"model": "m", "workspace": str(workspace.pk)}).content.decode()
+    assert f'id="session-{mine.pk}"' in listed and f'id="session-{other_model.pk}"' not in listed
 
 
 def test_dark_mode_is_remembered_per_person_and_rendered_on_the_html_element(ada: Client, bob: Client) -> None:

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from chat.agent.budget import Window, endpoint_window
 from chat.agent.endpoints import EndpointModels, endpoints_models
 from sessions_app.models import DEFAULT_ENDPOINT_NAME
 from sessions_app.selectors.sessions import endpoint_list
@@ -33,6 +34,14 @@ def endpoint_line(found: EndpointModels) -> str:
     if listing.answered:
         return f"{head} answers but lists no models ({listing.problem}); sessions on it may fail. {where}"
     return f"{head} does not answer ({listing.problem}); sessions on it will fail until it does. {where}"
+
+
+def window_line(found: EndpointModels, window: Window) -> str:
+    """The context window an endpoint's sessions are measured against, and where it comes from."""
+    head = f"Model endpoint {found.endpoint.name}: context window {window.tokens:,} tokens"
+    if window.read:
+        return f"{head}, read from the server (configured {window.configured:,})"
+    return f"{head}, as configured (the server does not say its own)"
 
 
 class Command(BaseCommand):
@@ -66,6 +75,8 @@ class Command(BaseCommand):
         for found in endpoints_models(endpoint_list(), timeout=STARTUP_LIST_TIMEOUT, kept=0):
             line = endpoint_line(found)
             self.stdout.write(line if found.listing.listed else self.style.WARNING(line))
+            if found.listing.answered:
+                self.stdout.write(window_line(found, endpoint_window(found.endpoint, refresh=True)))
         if password is not None:
             self.stdout.write(
                 self.style.SUCCESS(f"Created the admin account. Log in at {url} as admin with password {password}")

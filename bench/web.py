@@ -1,0 +1,933 @@
+"""Long sessions and many people: Cachet's web runtime before the rebuild (OLD, commit da8fbd3, checked out into
+a temporary git worktree) against this working tree (NEW), side by side in one run. It prints figures; it is
+not a test.
+
+Each side gets its own data folder (its own embedded Postgres) and is served by a real Daphne process; both
+talk to the project's scripted model server (``chat.testing.scripted_server``, in a process of its own that
+notes the moment it writes each piece and each request's arrival and last byte, on the machine's monotonic
+clock). Sessions of 10, 100 and 1,000 turns (three reads of 300-line files and a short markdown answer each,
+two model requests each on the chart) are built directly in each side's database through its own store
+services. Then, for each side:
+
+- **page**: ``GET /sessions/<id>/`` twice per size: time, bytes, and the server's peak memory over what it
+  held before the request (``VmHWM`` after resetting it through ``/proc/PID/clear_refs``);
+- **socket**: a websocket opened as the page opens it, until the tab is in sync (OLD: its first message, the
+  whole transcript; NEW: the answer to a hello naming what the page shows, and a cold hello naming nothing):
+  bytes, the largest message, and whether it worked (the close code when not);
+- **gap**: turns of ten steps (nine reads, then an answer) in the largest session: the time from the model's
+  last byte of a step to the next request's arrival at the model server (the read tool's own time included);
+- **streaming**: 1, 10, 50 and 100 sessions each asked at once for a reply of 100 pieces at 50 pieces a second:
+  time to the first piece at the tab's socket, relay latency (piece written by the model server to piece
+  read from the tab's socket), Daphne's CPU per piece, and errors (a tab that never went idle, closed, or
+  showed an error).
+
+    .venv/bin/python bench/web.py [--quick] [--sides old,new]
+
+``--quick`` uses sessions of 10 and 100 turns and 1, 10 and 50 sessions streaming (a few minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import inspect
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+OLD_COMMIT = "da8fbd3"
+PIECES = 100
+PIECE_DELAY = 0.02  # 50 pieces a second
+TOOL_STEPS = 10
+MARKER = re.compile(r"q\d{5}p\d{3}")
+IDLE = re.compile(r'data-state=\\?"idle')
+ERROR_NOTICE = re.compile(r'class=\\?"notice error')
+FILE_LINES = 300
+
+
+# --- the model server (a process of its own) -----------------------------------------------------------------
+
+
+def serve_model(port_file: Path) -> None:
+    """The scripted server answering by what the last user message asks, noting when each piece goes out."""
+    sys.path.insert(0, str(ROOT))
+    from chat.testing import scripted_server as scripted
+
+    local = threading.local()
+    lock = threading.Lock()
+    pieces: dict[str, float] = {}
+    requests: list[dict[str, Any]] = []
+    # Prompt caching is imitated by tokenizing every prompt against every earlier one: far too slow for
+    # prompts of a 1,000-turn session, and nothing here reads the figures it gives.
+    scripted.tokenize = lambda text: text[:2000].split()
+
+    class Server(scripted.ScriptedServer):
+        def _record(self, body: bytes) -> int:
+            number = super()._record(body)
+            entry: dict[str, Any] = {"number": number, "arrived": time.monotonic(), "kind": "other"}
+            local.entry = entry
+            local.step = _step_for(scripted, body, number, entry)
+            with lock:
+                requests.append(entry)
+            return number
+
+        def _next_step(self) -> Any:
+            return local.step
+
+    handler: Any = scripted._Handler
+    plain_event, plain_stream, plain_get = handler._event, handler._stream, handler.do_GET
+
+    def event(self: Any, data: Any) -> None:
+        plain_event(self, data)
+        try:
+            content = data["choices"][0]["delta"].get("content") or ""
+        except (KeyError, IndexError, TypeError):
+            return
+        if content:
+            now = time.monotonic()
+            with lock:
+                for marker in MARKER.findall(content):
+                    pieces.setdefault(marker, now)
+
+    def stream(self: Any, answer: Any) -> None:
+        plain_stream(self, answer)
+        local.entry["finished"] = time.monotonic()
+
+    def get(self: Any) -> None:
+        if self._path() == "/bench/times":
+            with lock:
+                taken = {"pieces": dict(pieces), "requests": list(requests)}
+                pieces.clear()
+                requests.clear()
+            self._send_json(200, taken)
+            return
+        plain_get(self)
+
+    handler._event, handler._stream, handler.do_GET = event, stream, get
+    with Server(model="bench") as server:
+        port_file.write_text(str(server.port))
+        threading.Event().wait()  # until terminated
+
+
+def _step_for(scripted: Any, body: bytes, number: int, entry: dict[str, Any]) -> Any:
+    try:
+        messages = json.loads(body)["messages"]
+    except (ValueError, KeyError, TypeError):
+        return scripted.Step(text="?")
+    last_user = max((i for i, message in enumerate(messages) if message.get("role") == "user"), default=0)
+    words = json.dumps(messages[last_user].get("content"))
+    if "BENCH-STREAM" in words:
+        entry["kind"] = "stream"
+        text = " ".join(f"q{number:05d}p{k:03d}" for k in range(PIECES))
+        return scripted.Step(text=text, chunk_size=11, delay=PIECE_DELAY)
+    if "BENCH-TOOLS" in words:
+        entry["kind"] = "tools"
+        done = sum(1 for message in messages[last_user:] if message.get("role") == "tool")
+        if done < TOOL_STEPS - 1:
+            args = {"path": f"src/f{done % 3}.py", "offset": 1 + 20 * done, "limit": 100}
+            return scripted.Step(tool_calls=[("read", args)])
+        return scripted.Step(text="Read them all.")
+    return scripted.Step(text="Fine.")
+
+
+# --- building sessions in a side's database (run inside that side's tree) -------------------------------------
+
+
+def build(spec_file: Path) -> None:
+    """Make the user, the workspace and the sessions; print what the bench needs as one JSON line."""
+    import importlib
+
+    import django
+
+    spec = json.loads(spec_file.read_text())
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cachet.settings")
+    django.setup()
+    from django.core.management import call_command
+    from django.test import Client
+
+    call_command("migrate", interactive=False, verbosity=0)
+    setup: Any = importlib.import_module("sessions_app.services.setup")
+    sessions: Any = importlib.import_module("sessions_app.services.sessions")
+    turns: Any = importlib.import_module("sessions_app.services.turns")
+    results: Any = importlib.import_module("sessions_app.services.results")
+    workspace_module: Any = importlib.import_module("chat.agent.workspace")
+    tools: Any = importlib.import_module("chat.tools")
+    models: Any = importlib.import_module("sessions_app.models")
+    auth: Any = importlib.import_module("django.contrib.auth")
+    new_api = "number" in inspect.signature(turns.step_record).parameters
+
+    user = auth.get_user_model().objects.create_user(username="bench", password="bench-password-1")
+    client = Client()
+    client.force_login(user)
+    folder = Path(spec["workspace"])
+    workspace = setup.workspaces_seed(spec=f"bench={folder}", default_folder=folder)[0]
+    endpoint = setup.endpoint_seed(base_url=spec["model_url"], model="bench")
+    tool_list = tools.tool_list(allow_commands=False)
+    read_seconds: list[float] = []
+
+    def new_session() -> Any:
+        return sessions.session_start(
+            owner=user, workspace=workspace, endpoint=endpoint, model_name="bench", tools=tool_list
+        )
+
+    def request(session: Any, turn: Any, step: int) -> None:
+        models.ModelRequest.objects.create(
+            session=session,
+            turn=turn,
+            step_number=step,
+            endpoint_url=spec["model_url"],
+            model_name="bench",
+            body_sha256="0" * 64,
+            bytes_sent=40_000 + 100 * turn.number,
+            shared_prefix_bytes=39_000 + 100 * turn.number,
+            status="done",
+            prompt_tokens=9_000 + 30 * turn.number,
+            cached_tokens=8_800 + 30 * turn.number,
+            completion_tokens=120,
+            time_to_first_token=0.4,
+            total_time=2.0,
+        )
+
+    def add_turn(session: Any, index: int) -> None:
+        turn = turns.turn_start(
+            session=session, words=f"Question {index}: how do these fit?", today="2026-11-30", instructions=None
+        )
+        calls = [
+            {"id": f"call_{turn.number}_1_{k}", "name": "read", "arguments": json.dumps({"path": f"src/f{k}.py"})}
+            for k in range(3)
+        ]
+        first: dict[str, Any] = {
+            "turn": turn,
+            "text": "Reading the three files.",
+            "reasoning": "",
+            "tool_calls": calls,
+            "finish_reason": "tool_calls",
+        }
+        step = turns.step_record(**first, number=1) if new_api else turns.step_record(**first)
+        request(session, turn, 1)
+        table: list[Any] = []
+        for call in calls:
+            if new_api:
+                context = workspace_module.tool_context(session, table=table)
+            else:
+                context = workspace_module.tool_context(session, turn)
+            started = time.perf_counter()
+            arguments, outcome = tools.call_tool("read", call["arguments"], context)
+            read_seconds.append(time.perf_counter() - started)
+            extra = {"table": table} if new_api else {}
+            result = results.result_insert(
+                turn=turn,
+                step=step,
+                call_id=call["id"],
+                tool="read",
+                arguments=arguments,
+                arguments_raw=call["arguments"],
+                outcome=outcome,
+                **extra,
+            )
+            table.append(results.prior_result(result))
+        answer = (
+            f"Turn {index}: the three files **fit** together.\n\n- `f0` reads\n- `f1` writes\n\n"
+            "```python\ndef handler(event):\n    return event.id\n```\n"
+        )
+        last: dict[str, Any] = {
+            "turn": turn,
+            "text": answer,
+            "reasoning": "",
+            "tool_calls": [],
+            "finish_reason": "stop",
+        }
+        if new_api:
+            turns.step_record(**last, number=2)
+            turns.turn_finish(turn=turn)
+        else:
+            turns.step_record(**last)
+            turns.turn_finish(turn=turn, reply_text="Reading the three files.\n\n" + answer)
+        request(session, turn, 2)
+
+    sized: dict[str, int] = {}
+    for size in spec["sizes"]:
+        session = new_session()
+        for index in range(size):
+            add_turn(session, index)
+        sized[str(size)] = session.pk
+    streaming = [new_session().pk for _ in range(spec["streaming"])]
+    print(
+        json.dumps(
+            {
+                "cookie": client.cookies["sessionid"].value,
+                "sized": sized,
+                "streaming": streaming,
+                "read_ms": statistics.median(read_seconds) * 1000 if read_seconds else 0.0,
+            }
+        )
+    )
+
+
+# --- a websocket client, by hand --------------------------------------------------------------------------------
+
+
+class Closed(Exception):
+    def __init__(self, code: int | None) -> None:
+        super().__init__(f"closed ({code})")
+        self.code = code
+
+
+@dataclass
+class Tab:
+    """One browser tab's socket: the messages it read, each with the moment its last byte arrived."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    got: list[tuple[float, str]] = field(default_factory=list)
+    closed: int | None = None
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, port: int, path: str, cookie: str) -> Tab:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**26)
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write(
+            (
+                f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nOrigin: http://127.0.0.1:{port}\r\n"
+                f"Cookie: sessionid={cookie}\r\n\r\n"
+            ).encode()
+        )
+        head = await reader.readuntil(b"\r\n\r\n")
+        if b" 101 " not in head.split(b"\r\n", 1)[0]:
+            writer.close()
+            raise Closed(None)
+        tab = cls(reader, writer)
+        tab.task = asyncio.get_running_loop().create_task(tab._read())
+        return tab
+
+    def send(self, data: dict[str, Any]) -> None:
+        payload = json.dumps(data).encode()
+        mask = os.urandom(4)
+        length = len(payload)
+        if length < 126:
+            header = bytes([0x81, 0x80 | length])
+        elif length < 65536:
+            header = bytes([0x81, 0x80 | 126]) + length.to_bytes(2, "big")
+        else:
+            header = bytes([0x81, 0x80 | 127]) + length.to_bytes(8, "big")
+        self.writer.write(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+    async def _frame(self) -> tuple[int, bool, bytes]:
+        first, second = await self.reader.readexactly(2)
+        length = second & 0x7F
+        if length == 126:
+            length = int.from_bytes(await self.reader.readexactly(2), "big")
+        elif length == 127:
+            length = int.from_bytes(await self.reader.readexactly(8), "big")
+        return first & 0x0F, bool(first & 0x80), await self.reader.readexactly(length)
+
+    async def _read(self) -> None:
+        parts: list[bytes] = []
+        try:
+            while True:
+                opcode, final, payload = await self._frame()
+                if opcode == 0x8:
+                    self.closed = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else 1005
+                    return
+                if opcode == 0x9:
+                    self.writer.write(bytes([0x8A, 0x80 | len(payload)]) + b"\0\0\0\0" + payload)
+                    continue
+                if opcode in (0x1, 0x2, 0x0):
+                    parts.append(payload)
+                    if final:
+                        self.got.append((time.monotonic(), b"".join(parts).decode("utf-8", "replace")))
+                        parts = []
+                        self.arrived.set()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.closed = self.closed or 1006
+        finally:
+            self.arrived.set()
+
+    async def until(self, done: Any, *, start: int = 0, timeout: float) -> bool:
+        """Wait until a message from index ``start`` on satisfies ``done``; False on close or timeout."""
+        deadline = time.monotonic() + timeout
+        seen = start
+        while True:
+            while seen < len(self.got):
+                if done(self.got[seen][1]):
+                    return True
+                seen += 1
+            if self.closed is not None:
+                return False
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self.arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), remaining)
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
+
+
+# --- one side -----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Side:
+    name: str
+    tree: Path
+    data: Path
+    model_url: str
+    env: dict[str, str] = field(default_factory=dict)
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+    built: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(self.tree),
+            "DJANGO_SETTINGS_MODULE": "cachet.settings",
+            "CACHET_DATA": str(self.data),
+            "XDG_RUNTIME_DIR": str(self.data / "run"),
+            "CACHET_MODEL_URL": self.model_url,
+            "CACHET_MODEL": "bench",
+            "CACHET_TODAY": "2026-11-30",
+            "SECRET_KEY": "bench-secret-key-" + "x" * 40,
+            "DEBUG": "false",
+            "LOG_LEVEL": "WARNING",
+        }
+        self.env.pop("DATABASE_URL", None)
+        self.env.pop("REDIS_URL", None)
+
+    @property
+    def new(self) -> bool:
+        return self.name == "new"
+
+    def build(self, sizes: list[int], streaming: int, workspace: Path) -> None:
+        spec = self.data / "spec.json"
+        spec.write_text(
+            json.dumps(
+                {"model_url": self.model_url, "workspace": str(workspace), "sizes": sizes, "streaming": streaming}
+            )
+        )
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--build", str(spec)],
+            cwd=self.tree,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"{self.name}: building the sessions failed:\n{done.stderr[-4000:]}")
+        self.built = json.loads(done.stdout.strip().splitlines()[-1])
+
+    def start(self) -> None:
+        self.port = _free_port()
+        with (self.data / "daphne.log").open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "cachet.asgi:application"],
+                cwd=self.tree,
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{self.port}/login/", timeout=5).status_code < 500:
+                    return
+            time.sleep(0.2)
+        raise SystemExit(f"{self.name}: Daphne did not answer; see {self.data / 'daphne.log'}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    @property
+    def cookie(self) -> str:
+        return str(self.built["cookie"])
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _rss_kb(pid: int, field_name: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field_name + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    parts = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+# --- the measurements ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PageFigure:
+    seconds: list[float]
+    size: int
+    memory_mb: float
+    status: int
+    html: str = ""
+
+
+def measure_page(side: Side, session_id: int) -> PageFigure:
+    url = f"http://127.0.0.1:{side.port}/sessions/{session_id}/"
+    seconds: list[float] = []
+    memory = 0.0
+    size, status, html = 0, 0, ""
+    for _ in range(2):
+        before = _rss_kb(side.pid, "VmRSS")
+        with contextlib.suppress(OSError):
+            Path(f"/proc/{side.pid}/clear_refs").write_text("5")
+        started = time.perf_counter()
+        response = httpx.get(url, cookies={"sessionid": side.cookie}, timeout=600)
+        seconds.append(time.perf_counter() - started)
+        memory = max(memory, (_rss_kb(side.pid, "VmHWM") - before) / 1024)
+        size, status, html = len(response.content), response.status_code, response.text
+    return PageFigure(seconds, size, memory, status, html)
+
+
+@dataclass
+class SocketFigure:
+    ok: bool
+    total: int
+    largest: int
+    seconds: float
+    closed: int | None
+
+
+def _page_state(html: str) -> dict[str, int]:
+    rev = re.search(r'id="chat"[^>]*data-rev="(\d+)"', html)
+    first = re.search(r'<article class="turn" id="turn-\d+" data-turn="(\d+)"', html)
+    bars = re.findall(r'id="bar-(\d+)"', html)
+    return {
+        "rev": int(rev.group(1)) if rev else 0,
+        "first": int(first.group(1)) if first else 0,
+        "bar": int(bars[-1]) if bars else 0,
+    }
+
+
+def _synced(text: str) -> bool:
+    return '"controls"' in text
+
+
+async def measure_socket(side: Side, session_id: int, hello: dict[str, int] | None) -> SocketFigure:
+    started = time.perf_counter()
+    try:
+        tab = await Tab.open(side.port, f"/ws/sessions/{session_id}/", side.cookie)
+    except (Closed, OSError):
+        return SocketFigure(False, 0, 0, time.perf_counter() - started, None)
+    if side.new:
+        tab.send({"type": "hello", **(hello or {"rev": 0, "first": 0, "bar": 0})})
+        ok = await tab.until(_synced, timeout=300)
+    else:
+        ok = await tab.until(lambda text: True, timeout=300)
+    seconds = time.perf_counter() - started
+    sizes = [len(text.encode()) for _, text in tab.got]
+    await asyncio.sleep(0.2)
+    closed = tab.closed
+    await tab.close()
+    return SocketFigure(ok and closed is None, sum(sizes), max(sizes, default=0), seconds, closed)
+
+
+async def _model_times(model_port: int) -> dict[str, Any]:
+    async with httpx.AsyncClient() as client:
+        response = await client.get(f"http://127.0.0.1:{model_port}/bench/times", timeout=30)
+        result: dict[str, Any] = response.json()
+        return result
+
+
+async def _open_synced(side: Side, session_id: int) -> Tab:
+    tab = await Tab.open(side.port, f"/ws/sessions/{session_id}/", side.cookie)
+    if side.new:
+        tab.send({"type": "hello", "rev": 0, "first": 0, "bar": 0})
+        ok = await tab.until(_synced, timeout=300)
+    else:
+        ok = await tab.until(lambda text: True, timeout=300)
+    if not ok:
+        raise Closed(tab.closed)
+    return tab
+
+
+@dataclass
+class GapFigure:
+    gaps_ms: list[float]
+    ok: bool
+    via_tab: bool
+
+
+async def measure_gap(side: Side, session_id: int, model_port: int, turns: int) -> GapFigure:
+    """Turns of ten steps asked from a tab; where the tab cannot open (OLD on a long session), with ``ask``."""
+    tab: Tab | None
+    try:
+        tab = await _open_synced(side, session_id)
+    except (Closed, OSError):
+        tab = None
+    gaps: list[float] = []
+    ok = True
+    for _ in range(turns):
+        await _model_times(model_port)
+        words = "BENCH-TOOLS: read them"
+        if tab is not None:
+            start = len(tab.got)
+            tab.send({"type": "send", "text": words})
+            ok = await tab.until(lambda text: bool(IDLE.search(text)), start=start, timeout=600) and ok
+        else:
+            command = [sys.executable, "manage.py", "ask", "--user", "bench", "--session", str(session_id), words]
+            asked = await asyncio.to_thread(
+                subprocess.run, command, cwd=side.tree, env=side.env, capture_output=True, check=False
+            )
+            ok = ok and asked.returncode == 0
+        await asyncio.sleep(0.3)
+        requests = [r for r in (await _model_times(model_port))["requests"] if r["kind"] == "tools"]
+        requests.sort(key=lambda r: r["arrived"])
+        ok = ok and len(requests) == TOOL_STEPS
+        gaps.extend(
+            (later["arrived"] - earlier["finished"]) * 1000
+            for earlier, later in itertools.pairwise(requests)
+            if "finished" in earlier
+        )
+    if tab is not None:
+        await tab.close()
+    return GapFigure(gaps, ok, via_tab=tab is not None)
+
+
+@dataclass
+class StreamFigure:
+    sessions: int
+    first_piece_ms: list[float]
+    relay_ms: list[float]
+    cpu_ms_per_piece: float
+    errors: int
+    missing_pieces: int
+    seconds: float
+
+
+async def measure_streaming(side: Side, session_ids: list[int], model_port: int) -> StreamFigure:
+    tabs: list[Tab] = []
+    errors = 0
+    for session_id in session_ids:
+        try:
+            tabs.append(await _open_synced(side, session_id))
+        except (Closed, OSError):
+            errors += 1
+    await _model_times(model_port)
+    cpu_before = _cpu_seconds(side.pid)
+    started = time.monotonic()
+    starts: list[tuple[float, int]] = []
+    for tab in tabs:
+        starts.append((time.monotonic(), len(tab.got)))
+        tab.send({"type": "send", "text": "BENCH-STREAM: go"})
+    done = await asyncio.gather(
+        *(
+            tab.until(lambda text: bool(IDLE.search(text)), start=start, timeout=300)
+            for tab, (_, start) in zip(tabs, starts, strict=True)
+        )
+    )
+    seconds = time.monotonic() - started
+    await asyncio.sleep(0.3)
+    cpu = _cpu_seconds(side.pid) - cpu_before
+    times = await _model_times(model_port)
+    written: dict[str, float] = times["pieces"]
+    first_piece: list[float] = []
+    relay: list[float] = []
+    received = 0
+    for tab, (sent, start), finished in zip(tabs, starts, done, strict=True):
+        seen: dict[str, float] = {}
+        failed = not finished or tab.closed is not None
+        for arrived, text in tab.got[start:]:
+            failed = failed or bool(ERROR_NOTICE.search(text))
+            for marker in MARKER.findall(text):
+                seen.setdefault(marker, arrived)
+        errors += failed
+        received += len(seen)
+        if seen:
+            first_piece.append((min(seen.values()) - sent) * 1000)
+        relay.extend((arrived - written[marker]) * 1000 for marker, arrived in seen.items() if marker in written)
+        await tab.close()
+    expected = PIECES * len(session_ids)
+    return StreamFigure(
+        len(session_ids), first_piece, relay, cpu * 1000 / max(1, received), errors, expected - received, seconds
+    )
+
+
+# --- the run ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SideFigures:
+    pages: dict[int, PageFigure] = field(default_factory=dict)
+    reconnect: dict[int, SocketFigure] = field(default_factory=dict)
+    cold: dict[int, SocketFigure] = field(default_factory=dict)
+    gap: GapFigure | None = None
+    streams: dict[int, StreamFigure] = field(default_factory=dict)
+    read_ms: float = 0.0
+
+
+def _write_workspace(folder: Path) -> None:
+    (folder / "src").mkdir(parents=True, exist_ok=True)
+    for k in range(3):
+        lines = [
+            f"def handler_{k}_{n}(event):  # line {n} of the file f{k}.py, long enough to be real"
+            for n in range(FILE_LINES)
+        ]
+        (folder / "src" / f"f{k}.py").write_text("\n".join(lines) + "\n")
+
+
+@contextlib.contextmanager
+def _old_tree(base: Path) -> Iterator[Path]:
+    tree = base / "old-tree"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), OLD_COMMIT], check=True, capture_output=True
+    )
+    try:
+        yield tree
+    finally:
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False, capture_output=True
+        )
+
+
+@contextlib.contextmanager
+def _model_server(base: Path) -> Iterator[int]:
+    port_file = base / "model-port"
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--model-server", str(port_file)], cwd=ROOT
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not port_file.exists() or not port_file.read_text():
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise SystemExit("the model server did not start")
+            time.sleep(0.1)
+        yield int(port_file.read_text())
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def run_side(side: Side, sizes: list[int], streams: list[int], gap_turns: int, model_port: int) -> SideFigures:
+    figures = SideFigures(read_ms=float(side.built.get("read_ms", 0.0)))
+    side.start()
+    try:
+        for size in sizes:
+            session_id = int(side.built["sized"][str(size)])
+            page = measure_page(side, session_id)
+            figures.pages[size] = page
+            print(
+                f"  {side.name} page {size} turns: {page.seconds[0]:.3f}s / {page.seconds[1]:.3f}s, "
+                f"{page.size / 1e6:.2f} MB, +{page.memory_mb:.0f} MB, HTTP {page.status}",
+                flush=True,
+            )
+            hello = _page_state(page.html)
+            figures.reconnect[size] = asyncio.run(measure_socket(side, session_id, hello))
+            if side.new:
+                figures.cold[size] = asyncio.run(measure_socket(side, session_id, None))
+            got = figures.reconnect[size]
+            print(
+                f"  {side.name} socket {size} turns: ok={got.ok} {got.total / 1e6:.3f} MB, largest "
+                f"{got.largest / 1e6:.3f} MB, closed={got.closed}, {got.seconds:.2f}s",
+                flush=True,
+            )
+        largest = int(side.built["sized"][str(sizes[-1])])
+        figures.gap = asyncio.run(measure_gap(side, largest, model_port, gap_turns))
+        print(
+            f"  {side.name} gap: p50 {_pct(figures.gap.gaps_ms, 0.5):.1f} ms, p95 "
+            f"{_pct(figures.gap.gaps_ms, 0.95):.1f} ms (n={len(figures.gap.gaps_ms)}, ok={figures.gap.ok})",
+            flush=True,
+        )
+        for count in streams:
+            ids = [int(i) for i in side.built["streaming"][:count]]
+            got_stream = asyncio.run(measure_streaming(side, ids, model_port))
+            figures.streams[count] = got_stream
+            print(
+                f"  {side.name} {count} streaming: first piece p50 {_pct(got_stream.first_piece_ms, 0.5):.0f} ms "
+                f"p99 {_pct(got_stream.first_piece_ms, 0.99):.0f} ms, relay p50 "
+                f"{_pct(got_stream.relay_ms, 0.5):.0f} ms p99 {_pct(got_stream.relay_ms, 0.99):.0f} ms, "
+                f"{got_stream.cpu_ms_per_piece:.2f} CPU ms/piece, errors {got_stream.errors}, missing pieces "
+                f"{got_stream.missing_pieces}, {got_stream.seconds:.1f}s",
+                flush=True,
+            )
+    finally:
+        side.stop()
+    return figures
+
+
+def _ms(value: float) -> str:
+    if value != value:  # nan
+        return "—"
+    return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"
+
+
+def _ratio(old: float, new: float) -> str:
+    if old != old or new != new or new <= 0:
+        return "—"
+    return f"{old / new:.1f}×"
+
+
+def _socket(got: SocketFigure | None) -> str:
+    if got is None:
+        return "—"
+    if not got.ok:
+        return f"failed (close {got.closed})" if got.closed else "failed"
+    return f"{got.total / 1e3:,.0f} KB (largest {got.largest / 1e3:,.0f} KB)"
+
+
+def _size(size: int) -> str:
+    return f"{size / 1e6:.2f} MB" if size >= 100_000 else f"{size / 1e3:.0f} KB"
+
+
+def _row(label: str, old: str, new: str, ratio: str = "—") -> None:
+    print(f"| {label} | {old} | {new} | {ratio} |")
+
+
+def report(results: dict[str, SideFigures], sizes: list[int], streams: list[int]) -> None:
+    empty = SideFigures()
+    old, new = results.get("old", empty), results.get("new", empty)
+    nan = float("nan")
+    print("\n| measure | old | new | old/new |\n| --- | ---: | ---: | ---: |")
+    for size in sizes:
+        po, pn = old.pages.get(size), new.pages.get(size)
+        _row(
+            f"page, {size} turns: time (first, again)",
+            f"{_ms(po.seconds[0] * 1000)}, {_ms(po.seconds[1] * 1000)}" if po else "—",
+            f"{_ms(pn.seconds[0] * 1000)}, {_ms(pn.seconds[1] * 1000)}" if pn else "—",
+            _ratio(po.seconds[0], pn.seconds[0]) if po and pn else "—",
+        )
+        _row(
+            f"page, {size} turns: bytes",
+            _size(po.size) if po else "—",
+            _size(pn.size) if pn else "—",
+            _ratio(po.size, pn.size) if po and pn else "—",
+        )
+        _row(
+            f"page, {size} turns: server memory",
+            f"+{po.memory_mb:.0f} MB" if po else "—",
+            f"+{pn.memory_mb:.0f} MB" if pn else "—",
+        )
+    for size in sizes:
+        _row(f"reconnect, {size} turns", _socket(old.reconnect.get(size)), _socket(new.reconnect.get(size)))
+        _row(f"new tab, {size} turns", _socket(old.reconnect.get(size)), _socket(new.cold.get(size)))
+    how = "" if old.gap is None or old.gap.via_tab else " (old: through `ask`, its socket fails)"
+    for label, q in (("p50", 0.5), ("p95", 0.95)):
+        vo = _pct(old.gap.gaps_ms, q) if old.gap else nan
+        vn = _pct(new.gap.gaps_ms, q) if new.gap else nan
+        _row(f"gap model → next request, {sizes[-1]} turns{how}, {label}", _ms(vo), _ms(vn), _ratio(vo, vn))
+    _row("of which the read tool's own time, median", _ms(old.read_ms), _ms(new.read_ms))
+    for count in streams:
+        so, sn = old.streams.get(count), new.streams.get(count)
+        fo, fn = so or StreamFigure(count, [], [], nan, 0, 0, 0.0), sn or StreamFigure(count, [], [], nan, 0, 0, 0.0)
+        rows: list[tuple[str, float, float]] = [
+            ("first piece p50", _pct(fo.first_piece_ms, 0.5), _pct(fn.first_piece_ms, 0.5)),
+            ("first piece p99", _pct(fo.first_piece_ms, 0.99), _pct(fn.first_piece_ms, 0.99)),
+            ("relay p50", _pct(fo.relay_ms, 0.5), _pct(fn.relay_ms, 0.5)),
+            ("relay p99", _pct(fo.relay_ms, 0.99), _pct(fn.relay_ms, 0.99)),
+            ("Daphne CPU per piece", fo.cpu_ms_per_piece, fn.cpu_ms_per_piece),
+        ]
+        for label, vo, vn in rows:
+            _row(f"{count} streaming: {label}", _ms(vo), _ms(vn), _ratio(vo, vn))
+        _row(
+            f"{count} streaming: errors (pieces missing)",
+            f"{so.errors} ({so.missing_pieces})" if so else "—",
+            f"{sn.errors} ({sn.missing_pieces})" if sn else "—",
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="10 and 100 turns; 1, 10 and 50 sessions streaming")
+    parser.add_argument("--sides", default="old,new")
+    parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--model-server", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.build:
+        build(args.build)
+        return
+    if args.model_server:
+        serve_model(args.model_server)
+        return
+    sizes = [10, 100] if args.quick else [10, 100, 1000]
+    streams = [1, 10, 50] if args.quick else [1, 10, 50, 100]
+    gap_turns = 2 if args.quick else 3
+    names = [name.strip() for name in args.sides.split(",") if name.strip()]
+    base = Path(tempfile.mkdtemp(prefix="cachet-bench-web-"))
+    results: dict[str, SideFigures] = {}
+    try:
+        workspace = base / "workspace"
+        _write_workspace(workspace)
+        with contextlib.ExitStack() as stack:
+            model_port = stack.enter_context(_model_server(base))
+            model_url = f"http://127.0.0.1:{model_port}/v1"
+            trees = {"new": ROOT}
+            if "old" in names:
+                trees["old"] = stack.enter_context(_old_tree(base))
+            for name in names:
+                side = Side(name, trees[name], base / f"{name}-data", model_url)
+                side.data.mkdir(parents=True)
+                started = time.monotonic()
+                side.build(sizes, max(streams), workspace)
+                print(
+                    f"{name}: built sessions of {sizes} turns and {max(streams)} more in "
+                    f"{time.monotonic() - started:.0f}s",
+                    flush=True,
+                )
+                results[name] = run_side(side, sizes, streams, gap_turns, model_port)
+        report(results, sizes, streams)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Requests that fit: the model's context window, and the size of a request in tokens before it is sent.
+
+The window is what the server says (llama.cpp's ``/props`` ``n_ctx``), asked when an endpoint is first used,
+after its URL changed and then every :data:`WINDOW_KEPT_SECONDS`; where the server does not say, the
+endpoint's configured ``context_window``. A request's size is counted with the server's own chat template and
+tokenizer where it offers them (``/apply-template`` then ``/tokenize``), else estimated: the tokens the server
+reported for the last request, scaled by the bytes this one shares with it, plus the new bytes at the session's
+measured bytes per token (``loop.json`` ``bytes_per_token_before_usage`` before any request has usage).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+from django.utils import timezone
+
+from chat.agent import server_api
+from sessions_app import prompts
+from sessions_app.models import ChatSession, LastRequest, ModelEndpoint, ModelRequest, RequestStatus
+from sessions_app.selectors.requests import BuiltRequest
+from sessions_app.services.requests import shared_prefix_bytes
+from sessions_app.services.setup import endpoint_window_record
+
+logger = logging.getLogger(__name__)
+
+WINDOW_KEPT_SECONDS = 600.0
+WINDOW_TIMEOUT = 3.0
+RATIO_REQUESTS = 50
+
+
+@dataclass(frozen=True)
+class Window:
+    """An endpoint's context window in tokens: the one used, the configured one, and what the server said."""
+
+    tokens: int
+    configured: int
+    read: int | None
+
+    @property
+    def source(self) -> str:
+        return "read from the server" if self.read else "configured"
+
+
+def window_of(endpoint: ModelEndpoint) -> Window:
+    """The window as last read, asking nothing."""
+    read = endpoint.server_context_window if endpoint.server_window_url == endpoint.base_url else None
+    return Window(tokens=endpoint.window, configured=endpoint.context_window, read=read)
+
+
+def _stale(endpoint: ModelEndpoint) -> bool:
+    if endpoint.server_window_url != endpoint.base_url or endpoint.server_window_read_at is None:
+        return True
+    return timezone.now() - endpoint.server_window_read_at > timedelta(seconds=WINDOW_KEPT_SECONDS)
+
+
+def endpoint_window(endpoint: ModelEndpoint, *, refresh: bool = False, timeout: float = WINDOW_TIMEOUT) -> Window:
+    """The endpoint's window, asking its server first where the last answer is old, from another URL, or
+    ``refresh`` is set. A server that cannot be reached leaves what was read before."""
+    if refresh or _stale(endpoint):
+        url = endpoint.base_url
+        try:
+            props = server_api.props(url, api_key=endpoint.api_key or None, timeout=timeout)
+        except server_api.ServerAPIError as error:
+            logger.info("endpoint %s: cannot read the context window: %s", endpoint.name, error)
+        else:
+            endpoint_window_record(endpoint=endpoint, url=url, tokens=props.context_window if props else None)
+    return window_of(endpoint)
+
+
+def window_learned(endpoint: ModelEndpoint, tokens: int) -> Window:
+    """Keep the window a server stated in an error (llama.cpp's ``n_ctx`` when it refuses a request)."""
+    endpoint_window_record(endpoint=endpoint, url=endpoint.base_url, tokens=tokens)
+    return window_of(endpoint)
+
+
+@dataclass(frozen=True)
+class CountedSize:
+    """A request's size in tokens, and how it was found."""
+
+    tokens: int
+    how: Literal["tokenizer", "estimate"]
+
+
+class RequestTooLarge(Exception):
+    """A request that cannot fit the model's window, even after compacting; ``str()`` says what to do."""
+
+    def __init__(self, needed: int, window: int) -> None:
+        self.needed = needed
+        self.window = window
+        text = str(prompts.loop_settings()["too_large_text"])
+        super().__init__(text.format(needed=f"{needed:,}", window=f"{window:,}"))
+
+
+@dataclass(frozen=True)
+class _Usage:
+    body: bytes
+    tokens: int
+
+
+class RequestCounter:
+    """Counts the requests of one session against its endpoint's window."""
+
+    def __init__(self, session: ChatSession, *, window: Window) -> None:
+        loop = prompts.loop_settings()
+        endpoint = session.endpoint
+        self.base_url = endpoint.base_url
+        self.api_key = endpoint.api_key or None
+        self.window = window
+        self.auto_at = prompts.rules_config().compaction_auto_at
+        self.answer_room = min(
+            int(loop["answer_room_tokens"]), window.tokens - math.floor(self.auto_at * window.tokens)
+        )
+        self.default_ratio = float(loop["bytes_per_token_before_usage"])
+        done = ModelRequest.objects.filter(session=session, status=RequestStatus.DONE, prompt_tokens__gt=0)
+        recent = list(done.order_by("-id").values_list("bytes_sent", "prompt_tokens", "body_sha256")[:RATIO_REQUESTS])
+        self.bytes_seen = sum(row[0] for row in recent)
+        self.tokens_seen = sum(row[1] or 0 for row in recent)
+        self.last: _Usage | None = None
+        stored = LastRequest.objects.filter(session=session).values_list("body", flat=True).first()
+        if recent and stored:
+            body = bytes(stored)
+            sha = hashlib.sha256(body).hexdigest()
+            tokens = done.filter(body_sha256=sha).order_by("-id").values_list("prompt_tokens", flat=True).first()
+            if tokens:
+                self.last = _Usage(body, tokens)
+
+    @property
+    def bytes_per_token(self) -> float:
+        """The session's measured bytes per prompt token, or the default before any request has usage."""
+        return self.bytes_seen / self.tokens_seen if self.tokens_seen else self.default_ratio
+
+    def count(self, built: BuiltRequest) -> CountedSize:
+        """``built``'s size in tokens: the server's count where it offers one, else the estimate."""
+        try:
+            tokens = server_api.prompt_tokens(self.base_url, built.messages, tools=built.tools, api_key=self.api_key)
+        except server_api.ServerAPIError as error:
+            logger.info("cannot count a request with the server's tokenizer: %s", error)
+            tokens = None
+        if tokens is not None:
+            return CountedSize(len(tokens), "tokenizer")
+        return CountedSize(self.estimate(built.body), "estimate")
+
+    def estimate(self, body: bytes) -> int:
+        """The last request's tokens for the bytes ``body`` shares with it, the rest at the measured ratio."""
+        ratio = self.bytes_per_token
+        last = self.last
+        if last is None or not last.body:
+            return math.ceil(len(body) / ratio)
+        shared = shared_prefix_bytes(last.body, body)
+        kept = last.tokens * shared // len(last.body)
+        return kept + math.ceil((len(body) - shared) / ratio)
+
+    def learned(self, body: bytes, prompt_tokens: int | None) -> None:
+        """What the server reported for a request just sent."""
+        if prompt_tokens:
+            self.bytes_seen += len(body)
+            self.tokens_seen += prompt_tokens
+            self.last = _Usage(body, prompt_tokens)
+
+    def fits(self, size: CountedSize) -> bool:
+        """Whether a request of ``size`` leaves room for the answer in the window."""
+        return size.tokens + self.answer_room <= self.window.tokens
+
+    def past_threshold(self, size: CountedSize) -> bool:
+        """Whether a request of ``size`` passes ``compaction.auto_at`` of the window."""
+        return size.tokens > self.auto_at * self.window.tokens
+
+    def too_large(self, size: CountedSize) -> RequestTooLarge:
+        return RequestTooLarge(size.tokens, self.window.tokens)

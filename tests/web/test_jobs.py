@@ -1,0 +1,220 @@
+"""Jobs: at most ``CACHET_MAX_REPLIES`` replies hold a database connection at once; the others wait in order,
+their tabs told so, and a Stop reaches a waiting one too."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.db import connection
+
+from chat.testing.scripted_server import ScriptedServer, Step
+from chat.tools import tool_list
+from chat.web import jobs
+from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
+from sessions_app.services.sessions import session_start
+from tests.web.test_consumers import connected, cookie_for, idle, until
+
+
+def test_slots_are_taken_first_come_first_served_and_never_more_than_the_limit() -> None:
+    slots = jobs.ReplySlots()
+    order: list[int] = []
+    told: dict[int, list[int]] = {}
+    inside = 0
+    most = 0
+    lock = threading.Lock()
+    gate = threading.Event()
+
+    def worker(number: int) -> None:
+        nonlocal inside, most
+        assert slots.acquire(limit=2, cancelled=lambda: False, waiting=told.setdefault(number, []).append)
+        with lock:
+            order.append(number)
+            inside += 1
+            most = max(most, inside)
+        gate.wait(5)
+        time.sleep(0.01)
+        with lock:
+            inside -= 1
+        slots.release()
+
+    threads = []
+    for number in range(8):
+        thread = threading.Thread(target=worker, args=(number,))
+        thread.start()
+        threads.append(thread)
+        while slots.holding + slots.waiting < number + 1:  # each queues before the next starts
+            time.sleep(0.001)
+    assert slots.holding == 2 and slots.waiting == 6
+    gate.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == list(range(8)), "in the order they asked"
+    assert most == 2 and slots.peak == 2 and slots.holding == 0 and slots.waiting == 0
+    assert told[0] == [] and told[1] == []
+    assert told[7][0] == 5, "a waiter is told how many wait before it"
+    assert told[7] == sorted(set(told[7]), reverse=True), "and again as that number falls"
+
+
+def test_a_cancelled_waiter_leaves_the_queue_holding_nothing() -> None:
+    slots = jobs.ReplySlots()
+    assert slots.acquire(limit=1, cancelled=lambda: False, waiting=lambda ahead: None)
+    cancel = threading.Event()
+    outcome: list[bool] = []
+    thread = threading.Thread(
+        target=lambda: outcome.append(slots.acquire(limit=1, cancelled=cancel.is_set, waiting=lambda ahead: None))
+    )
+    thread.start()
+    while slots.waiting == 0:
+        time.sleep(0.001)
+    cancel.set()
+    slots.wake()
+    thread.join(5)
+    assert outcome == [False] and slots.waiting == 0 and slots.holding == 1
+    slots.release()
+    assert slots.acquire(limit=1, cancelled=lambda: False, waiting=lambda ahead: None)
+
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SESSIONS = 100
+LIMIT = 6
+
+
+@pytest_asyncio.fixture
+async def fresh_layer() -> AsyncIterator[None]:
+    layer = get_channel_layer()
+    assert layer is not None
+    await layer.flush()
+    yield
+    await sync_to_async(jobs.wait_idle)(30, cancel=True)
+
+
+@pytest.fixture
+def many_sessions(user: Any, workspace: Workspace, live_endpoint: ModelEndpoint) -> list[ChatSession]:
+    tools = tool_list(allow_commands=False)
+    return [
+        session_start(owner=user, workspace=workspace, endpoint=live_endpoint, model_name="scripted", tools=tools)
+        for _ in range(SESSIONS)
+    ]
+
+
+def _turns() -> list[tuple[int, str, str]]:
+    """The stored turns, read in a thread whose connection is closed after (so none outlives the test)."""
+    try:
+        return list(Turn.objects.order_by("pk").values_list("session_id", "words", "status"))
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def cookie(user: Any) -> str:
+    return cookie_for(user)
+
+
+@pytest.fixture
+def fresh_slots(monkeypatch: pytest.MonkeyPatch) -> jobs.ReplySlots:
+    slots = jobs.ReplySlots()
+    monkeypatch.setattr(jobs, "SLOTS", slots)
+    return slots
+
+
+@pytest.fixture
+def backends_seen() -> Iterator[list[int]]:
+    """How many connections Postgres serves for the test database, sampled every 20 ms from a thread."""
+    seen: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        try:
+            while not done.wait(0.02):
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+                    row = cursor.fetchone()
+                    seen.append(int(row[0]) if row else 0)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    yield seen
+    done.set()
+    thread.join(5)
+
+
+@pytest.mark.asyncio
+async def test_a_hundred_replies_at_once_wait_their_turn_and_all_finish(
+    many_sessions: list[ChatSession],
+    cookie: str,
+    model: ScriptedServer,
+    fresh_slots: jobs.ReplySlots,
+    backends_seen: list[int],
+    fresh_layer: None,
+    settings: Any,
+) -> None:
+    settings.CACHET_MAX_REPLIES = LIMIT
+    model.push(*(Step(text="Short answer, streamed in pieces.", chunk_size=4, delay=0.005) for _ in many_sessions))
+    tabs = [await connected(session.pk, cookie) for session in many_sessions]
+    before = max(backends_seen[-3:] or [0])
+    for communicator, _ in tabs:
+        await communicator.send_json_to({"type": "send", "text": "Go"})
+    async with asyncio.timeout(120):
+        await asyncio.gather(*(until(communicator, got, idle, timeout=110) for communicator, got in tabs))
+    assert [status for _, _, status in await sync_to_async(_turns)()] == [TurnStatus.DONE] * SESSIONS
+    assert len(model.requests) == SESSIONS
+    assert fresh_slots.peak == LIMIT and fresh_slots.holding == 0 and fresh_slots.waiting == 0
+    assert max(backends_seen) <= before + LIMIT + 2, "replies hold at most the limit's connections"
+    everything = [json.loads(raw) for _, got in tabs for raw in got.raw]
+    assert not any("notice error" in json.dumps(message) for message in everything)
+    waited = [got for _, got in tabs if any("Waiting: the server is busy" in raw for raw in got.raw)]
+    assert len(waited) >= SESSIONS - LIMIT - 10, "the tabs of replies that waited said so"
+    for communicator, _ in tabs:
+        await communicator.disconnect()
+
+
+@pytest.mark.asyncio
+async def test_a_waiting_reply_can_be_stopped_and_gives_the_words_back(
+    many_sessions: list[ChatSession],
+    cookie: str,
+    model: ScriptedServer,
+    fresh_slots: jobs.ReplySlots,
+    fresh_layer: None,
+    settings: Any,
+) -> None:
+    settings.CACHET_MAX_REPLIES = 1
+    model.push(Step(text=" ".join(f"w{n}" for n in range(200)), chunk_size=3, delay=0.01))
+    first, first_got = await connected(many_sessions[0].pk, cookie)
+    second, second_got = await connected(many_sessions[1].pk, cookie)
+    await first.send_json_to({"type": "send", "text": "Long one"})
+    await until(first, first_got, lambda m: "live" in m)
+    await second.send_json_to({"type": "send", "text": "Waiting one"})
+    await until(second, second_got, lambda m: "this one is next" in json.dumps(m))
+    await second.send_json_to({"type": "send", "text": "Again"})
+    await until(second, second_got, lambda m: "already running" in json.dumps(m))
+    late, late_got = await connected(many_sessions[1].pk, cookie)
+    await until(late, late_got, lambda m: "this one is next" in json.dumps(m))
+    await second.send_json_to({"type": "stop"})
+    await until(second, second_got, idle)
+    assert ">Waiting one</textarea>" in second_got.puts["composer-text"]
+    assert jobs.STOPPED_WAITING in second_got.puts["notice"]
+    await first.send_json_to({"type": "stop"})
+    await until(first, first_got, idle)
+    turns = await sync_to_async(_turns)()
+    assert [(session, words) for session, words, _ in turns] == [(many_sessions[0].pk, "Long one")]
+    assert len(model.requests) == 1
+    for communicator in (first, second, late):
+        await communicator.disconnect()
+
+
+def test_the_setting_has_a_floor_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    slots = jobs.ReplySlots()
+    assert slots.acquire(limit=0, cancelled=lambda: False, waiting=lambda ahead: None)
+    assert slots.holding == 1
