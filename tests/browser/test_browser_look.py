@@ -228,6 +228,8 @@ def test_the_phone_layout_pins_the_composer_keeps_one_row_and_puts_the_chart_beh
     expect(page.get_by_label("restore files")).to_be_visible()
     expect(page.locator("#mode-select")).to_be_visible()
     expect(page.locator(".compact-proxy")).to_be_visible()
+    expect(page.locator(".export-links").get_by_role("link", name="JSON")).to_be_visible()
+    expect(page.locator("#export-menu")).to_be_hidden()
     options = box(page, "#options")
     assert options["y"] >= 0 and options["y"] + options["height"] <= box(page, "#more-button")["y"]
     screenshot(page, "phone_more")
