@@ -5,7 +5,7 @@
 // revision the page now shows. A tab says hello when its socket opens (what revision it shows, its oldest
 // turn, its last chart bar) and gets back only what it lacks.
 //
-// Enter sends and Shift+Enter makes a new line; the box empties once a message is sent and takes the focus
+// Enter sends (or, before the session is ready, queues) and Shift+Enter makes a new line; the box empties once a message is sent and takes the focus
 // back when undo returns its words; Edit turns a message into a box in place; the transcript follows new
 // text while you are at its end; the connection state shows in the header.
 (function () {
@@ -123,6 +123,7 @@
     if (page && message.rev !== undefined && message.rev > parseInt(page.dataset.rev || "0", 10)) {
       page.dataset.rev = String(message.rev);
     }
+    sendQueued();
   }
 
   htmx.defineExtension("cachet", {
@@ -151,14 +152,49 @@
     return turn ? parseInt(turn.dataset.turn, 10) : 0;
   }
 
+  // Enter before the page is ready (the socket not open yet, or the server not yet said the session is idle)
+  // is kept and sent once it is; while a reply runs the words wait in the box and the note under it says why.
+  var queued = false;
+  function controlsState() {
+    var controls = document.getElementById("controls");
+    return controls ? controls.dataset.state : "";
+  }
+  function ready() {
+    var button = sendButton();
+    return !!socket && !!button && !button.disabled && controlsState() === "idle";
+  }
+  function waitNote(text) {
+    var note = document.getElementById("composer-wait");
+    if (!note) return;
+    note.textContent = text;
+    note.hidden = !text;
+  }
+  function submitOrQueue() {
+    var text = box();
+    queued = false;
+    if (!text || text.value.trim() === "") { waitNote(""); return; }
+    if (ready()) {
+      waitNote("");
+      document.getElementById("composer").requestSubmit();
+    } else if (socket && controlsState() === "running") {
+      waitNote("A reply is running: your message waits here. Stop it (Esc) or let it finish, then press Enter.");
+    } else {
+      queued = true;
+      waitNote(socket ? "Getting the session ready… your message is sent as soon as it is."
+        : "Connecting… your message is sent as soon as the page is connected.");
+    }
+  }
+  function sendQueued() {
+    if (queued) setTimeout(submitOrQueue, 0);
+    else if (ready()) waitNote("");
+  }
+
   document.addEventListener("keydown", function (event) {
     var target = event.target;
     if (!target || target.id !== "composer-text") return;
     if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
     event.preventDefault();
-    var button = sendButton();
-    if (target.value.trim() === "" || (button && button.disabled)) return;
-    document.getElementById("composer").requestSubmit();
+    submitOrQueue();
   });
 
   document.addEventListener("htmx:wsConfigSend", function (event) {
@@ -264,6 +300,7 @@
     if (code === 4404) status("gone", "this session is not yours or no longer exists");
     else if (code === 4401) status("gone", "logged out: reload the page");
     else status("closed", "reconnecting…");
+    if (queued) waitNote("Reconnecting… your message is sent as soon as the page is connected again.");
   });
 
   window.addEventListener("load", function () {

@@ -3,6 +3,7 @@ remembered), what Enter and Esc do at the edges, a reply finishing in a hidden t
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -11,7 +12,7 @@ from playwright.sync_api import expect
 
 from chat.testing.scripted_server import Step
 from tests.browser.browser_kit import Browser, World, login, screenshot
-from tests.browser.test_browser_chat import send, start_session, wait_idle
+from tests.browser.test_browser_chat import LONG_REPLY, send, start_session, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=15_000)
@@ -74,3 +75,189 @@ def test_dark_mode_follows_the_system_and_the_persons_choice_is_remembered(brows
     # another person's pages are their own
     bob = browser.page("bob", color_scheme="light")
     expect(bob.locator("html")).to_have_attribute("data-theme", "system")
+
+
+def test_enter_before_the_session_is_ready_is_kept_and_sent_once_it_is(browser: Browser, world: World) -> None:
+    world.model.push(Step(text="Got it."))
+    page = browser.page("ada")
+    session_id = start_session(page)
+    # hold the socket between the page and Cachet: the page sees it open ("live") but the server does not answer
+    # yet, so Send is not enabled; what the page says goes to Cachet once the test lets it through
+    held: dict[str, Any] = {"page": None, "server": None, "pending": []}
+
+    def from_page(message: str | bytes) -> None:
+        if held["server"] is None:
+            held["pending"].append(message)
+        else:
+            held["server"].send(message)
+
+    def route(socket: Any) -> None:
+        held["page"] = socket
+        socket.on_message(from_page)
+
+    page.route_web_socket(re.compile(r"/ws/sessions/"), route)
+    page.goto(f"{world.url}/sessions/{session_id}/")
+    expect(page.locator("#ws-status")).to_have_text("live")
+    expect(page.locator("#send-button")).to_be_disabled()
+    send(page, "Hello before the page is ready")
+    expect(page.locator("#composer-wait")).to_contain_text("sent as soon as")
+    expect(page.locator("#composer-text")).to_have_value("Hello before the page is ready")
+    assert len(world.model.requests) == 0
+    screenshot(page, "enter_queued")
+
+    server = held["page"].connect_to_server()
+    server.on_message(lambda message: held["page"].send(message))
+    held["server"] = server
+    for message in held["pending"]:
+        server.send(message)
+    expect(page.locator("#turn-1 .reply")).to_have_text("Got it.")
+    expect(page.locator("#turn-1 .words")).to_have_text("Hello before the page is ready")
+    expect(page.locator("#composer-text")).to_have_value("")
+    expect(page.locator("#composer-wait")).to_be_hidden()
+    wait_idle(page)
+    assert len(world.model.requests) == 1, "sent once"
+
+
+def test_esc_stops_a_running_reply_and_enter_meanwhile_says_why_it_waits(browser: Browser, world: World) -> None:
+    world.model.push(Step(text=LONG_REPLY, chunk_size=2, delay=0.03), Step(text="Short."))
+    page = browser.page("ada")
+    start_session(page)
+    send(page, "Tell me a long story")
+    page.wait_for_function("() => (document.querySelector('#stream-1') || {}).textContent?.length > 20")
+    send(page, "And then?")
+    expect(page.locator("#composer-wait")).to_contain_text("A reply is running")
+    expect(page.locator("#composer-text")).to_have_value("And then?")
+    page.keyboard.press("Escape")
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "interrupted")
+    expect(page.locator("#turn-1 .turn-error")).to_contain_text("Stopped.")
+    wait_idle(page)
+    expect(page.locator("#composer-wait")).to_be_hidden()
+    page.press("#composer-text", "Enter")
+    expect(page.locator("#turn-2 .reply")).to_have_text("Short.")
+
+
+FAKE_NOTIFICATION = """
+  window.notified = [];
+  window.Notification = class {
+    static get permission() { return localStorage.getItem("test-permission") || "default"; }
+    static requestPermission() {
+      localStorage.setItem("test-permission", "granted");
+      return Promise.resolve("granted");
+    }
+    constructor(title, options) { window.notified.push([title, options && options.body]); }
+  };
+"""
+HIDE = """(hidden) => {
+  Object.defineProperty(document, "hidden", { configurable: true, get: () => hidden });
+  Object.defineProperty(document, "visibilityState", { configurable: true, get: () => hidden ? "hidden" : "visible" });
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+
+
+def test_a_reply_finished_in_a_hidden_tab_marks_the_title_and_notifies(browser: Browser, world: World) -> None:
+    world.model.push(Step(text="Seen at once."), Step(text="Done while you were away.", chunk_size=3, delay=0.02))
+    page = browser.page("ada")
+    page.context.add_init_script(FAKE_NOTIFICATION)
+    start_session(page)
+    title = page.title()
+    send(page, "First")
+    expect(page.locator("#turn-1 .reply")).to_have_text("Seen at once.")
+    wait_idle(page)
+    assert page.title() == title, "a reply seen as it finished changes nothing"
+    page.get_by_label("Notify me").check()
+    expect(page.get_by_label("Notify me")).to_be_checked()
+    assert page.evaluate("Notification.permission") == "granted"
+
+    page.evaluate(HIDE, True)
+    send(page, "Second")
+    expect(page).to_have_title(f"● Reply ready — {title}")
+    assert page.evaluate("window.notified") == [["Reply ready", "First"]], "named by the session's title"
+    page.evaluate(HIDE, False)
+    expect(page).to_have_title(title)
+    # Notify me is remembered in this browser
+    page.reload()
+    expect(page.get_by_label("Notify me")).to_be_checked()
+
+
+PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True, "device_scale_factor": 2}
+
+
+def box(page: Any, selector: str) -> dict[str, float]:
+    found: dict[str, float] | None = page.locator(selector).bounding_box()
+    assert found is not None, f"{selector} is not shown"
+    return found
+
+
+def test_the_phone_layout_pins_the_composer_keeps_one_row_and_puts_the_chart_behind_a_tab(
+    browser: Browser, world: World
+) -> None:
+    world.model.push(
+        Step(text="Reading the notes.", tool_calls=[("read", {"path": "notes.md"})]),
+        Step(text="The notes count **forty** lines.\n\n" + LONG_REPLY),
+    )
+    page = browser.page("ada", **PHONE)
+    screenshot(page, "phone_sessions")
+    start_session(page)
+    send(page, "How long are the notes?")
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
+    wait_idle(page)
+    expect(page.locator(".phone-tabs")).to_be_visible()
+    expect(page.locator("#chart")).to_be_hidden()
+    header = box(page, "header.top")
+    assert header["height"] < 50, "the header stays one line"
+    page.evaluate("window.scrollTo(0, 0)")
+    screenshot(page, "phone_chat_top")
+    # the composer sits at the bottom of the screen, wherever the conversation is scrolled
+    for scroll in ("0", "document.body.scrollHeight"):
+        page.evaluate(f"window.scrollTo(0, {scroll})")
+        dock, text = box(page, ".dock"), box(page, "#composer-text")
+        assert abs(dock["y"] + dock["height"] - 844) < 1, dock
+        assert text["y"] > 844 - 200 and text["y"] + text["height"] <= 844, text
+    # the controls in one row, all on the screen
+    row = [box(page, selector) for selector in ("#send-button", "#stop-button", "#undo-button", "#regenerate-button")]
+    row.append(box(page, "#more-button"))
+    assert max(b["y"] for b in row) - min(b["y"] for b in row) < 1, row
+    assert all(b["x"] >= 0 and b["x"] + b["width"] <= 390 for b in row), row
+    assert all(left["x"] + left["width"] <= right["x"] for left, right in itertools.pairwise(row)), row
+    expect(page.locator("#compact-button")).to_be_hidden()
+    expect(page.locator("#restore-files")).to_be_hidden()
+    screenshot(page, "phone_chat")
+
+    # More opens the less-used controls, above the row
+    page.get_by_role("button", name="More").tap()
+    expect(page.get_by_label("restore files")).to_be_visible()
+    expect(page.locator("#mode-select")).to_be_visible()
+    expect(page.locator(".compact-proxy")).to_be_visible()
+    expect(page.locator(".export-links").get_by_role("link", name="JSON")).to_be_visible()
+    expect(page.locator("#export-menu")).to_be_hidden()
+    options = box(page, "#options")
+    assert options["y"] >= 0 and options["y"] + options["height"] <= box(page, "#more-button")["y"]
+    screenshot(page, "phone_more")
+    page.get_by_label("restore files").tap()
+    expect(page.locator("#restore-files")).to_be_checked()
+    page.get_by_role("button", name="More").tap()
+    expect(page.locator("#options")).to_be_hidden()
+
+    # the chart behind the Cache tab; a tapped bar shows its figures
+    page.get_by_role("tab", name="Cache").tap()
+    expect(page.locator("#chart")).to_be_visible()
+    expect(page.locator("#composer-text")).to_be_hidden()
+    expect(page.locator("#chart .chart-bar")).to_have_count(2)
+    chart = box(page, "#chart")
+    assert chart["x"] >= 0 and chart["x"] + chart["width"] <= 390, chart
+    page.locator("#chart .chart-bar").nth(1).tap()
+    expect(page.locator("#bar-figures")).to_contain_text("Request 2")
+    expect(page.locator("#bar-figures")).to_contain_text("prompt tokens")
+    screenshot(page, "phone_cache")
+    page.get_by_role("tab", name="Chat").tap()
+    expect(page.locator("#composer-text")).to_be_visible()
+
+    # the desktop layout is as it was: no tabs, no More, Compact now in the row, the chart beside the talk
+    desk = browser.page("ada")
+    desk.goto(page.url)
+    wait_idle(desk)
+    expect(desk.locator(".phone-tabs")).to_be_hidden()
+    expect(desk.locator("#more-button")).to_be_hidden()
+    expect(desk.locator("#compact-button")).to_be_visible()
+    expect(desk.locator("#restore-files")).to_be_visible()
+    assert box(desk, "#chart")["x"] > box(desk, "#composer-text")["x"] + box(desk, "#composer-text")["width"]
