@@ -114,9 +114,9 @@ def divergence(
     parted = shared_prefix(previous_text, current_text)
     previous_ends = message_ends(previous_messages[:promised], previous_text)
     promised_end = previous_ends[-1]
-    if parted >= promised_end:
+    if parted > promised_end:
         return None
-    index = next(i for i, end in enumerate(previous_ends) if end > parted)
+    index = next(i for i, end in enumerate(previous_ends) if end >= parted)
     current_ends = message_ends(current_messages[:promised], current_text)
     previous_start = previous_ends[index - 1] if index else 0
     current_start = current_ends[index - 1] if index else 0
