@@ -20,7 +20,12 @@ class LlamaServerError(RuntimeError):
 
 
 class LlamaServer:
-    """A llama-server on 127.0.0.1 with one slot, prompt caching and jinja chat templates."""
+    """A llama-server on 127.0.0.1 with one slot, prompt caching and jinja chat templates.
+
+    ``cache_ram_mib`` sizes the host-memory prompt cache (llama-server's ``--cache-ram``; 0 switches it off,
+    ``None`` keeps the server's default, 8192 MiB) and ``slot_prompt_similarity`` is ``--slot-prompt-similarity``
+    (``None``: the default, 0.1). ``chat_template`` (jinja) replaces the model's own, as ``--chat-template-file``.
+    """
 
     def __init__(
         self,
@@ -33,6 +38,9 @@ class LlamaServer:
         startup_timeout: float = 60.0,
         verbosity: int = 2,
         n_predict: int = -1,
+        cache_ram_mib: int | None = None,
+        slot_prompt_similarity: float | None = None,
+        chat_template: str | None = None,
     ) -> None:
         self.model_path = Path(model_path)
         self.ctx_size = ctx_size
@@ -42,6 +50,9 @@ class LlamaServer:
         self.startup_timeout = startup_timeout
         self.verbosity = verbosity
         self.n_predict = n_predict
+        self.cache_ram_mib = cache_ram_mib
+        self.slot_prompt_similarity = slot_prompt_similarity
+        self.chat_template = chat_template
         self._server: Any = None
         self._address = ""
 
@@ -65,6 +76,12 @@ class LlamaServer:
         params.ui = False
         params.verbosity = self.verbosity
         params.n_predict = self.n_predict
+        if self.cache_ram_mib is not None:
+            params.cache_ram_mib = self.cache_ram_mib
+        if self.slot_prompt_similarity is not None:
+            params.slot_prompt_similarity = self.slot_prompt_similarity
+        if self.chat_template is not None:
+            params.chat_template = self.chat_template
         return params
 
     @property

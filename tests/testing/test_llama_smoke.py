@@ -89,3 +89,15 @@ def test_real_llama_server_streams_and_caches_the_shared_prefix(tmp_path: Path) 
         f"warm {warm.prompt_tokens} prompt tokens, {warm.cached_tokens} cached, "
         f"{warm.timings['prompt_n']} evaluated in {warm.timings['prompt_ms']:.1f} ms"
     )
+
+
+def test_prompt_cache_options_reach_the_server_params(tmp_path: Path) -> None:
+    defaults = LlamaServer(tmp_path / "m.gguf").params()
+    tuned = LlamaServer(
+        tmp_path / "m.gguf", cache_ram_mib=0, slot_prompt_similarity=0.5, chat_template="{{ messages }}"
+    ).params()
+    assert (tuned.cache_ram_mib, round(tuned.slot_prompt_similarity, 3)) == (0, 0.5)
+    assert tuned.chat_template == "{{ messages }}"
+    assert defaults.chat_template == ""
+    assert defaults.cache_ram_mib == 8192
+    assert round(defaults.slot_prompt_similarity, 3) == 0.1

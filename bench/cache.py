@@ -1,0 +1,719 @@
+"""Benchmark: what Cachet's requests cost a real llama.cpp server, against the physical minimum and the way
+other harnesses ("peers") send the same conversation, per chat-template shape and with sessions sharing a slot.
+
+How the conversation is made. The generated test model answers noise, so it cannot choose tool calls. The
+reference session therefore runs through Cachet's real reply loop and store (``ReplyLoop``: real tools on a real
+workspace folder, real Postgres, real HTTP) against the project's scripted server, which plays the model's
+decisions (reasoning, tool calls, answers) step by step. Every request Cachet sent is kept byte for byte; then
+the same bodies are sent, in order, to llama.cpp (xllamacpp, in-process, ``--jinja``, one slot, one generated
+token per request). llama.cpp keeps a prompt, not what it generated after it, when the next request differs
+there, so it processes exactly what it would have in a live run with a model that had chosen these calls. The
+session has its ``--turns`` turns (30; 6 with ``--quick``) plus one taken back by an undo: reads of a large and
+of small files, re-reads (stubs inside a reply, full reads in later turns), greps (and one repeated, answered
+``Same result as``), edits, a ``glob``, an undo and one compaction halfway.
+
+Peers are built from the same stored turns, request by request:
+
+- (a) ``resend``: every earlier tool call and result is sent again with each request (an agent CLI's way), stubs
+  and ``Same result as`` answered in full;
+- (b) ``clock``: (a) with the date and time (to the minute, of a simulated clock: a request every 20 s, a
+  turn every 3 min) on the first line of the system prompt;
+- (c) ``prune``: (a) where, at each new turn, tool results older than the last two turns and beyond the newest
+  ``PRUNE_PROTECT`` characters are replaced by a placeholder once that frees at least ``PRUNE_MINIMUM``
+  characters (OpenCode's prune, scaled to this session's size).
+
+The physical minimum of a request is its tokens not shared with the previous request's token sequence, both
+made by the server's own ``/apply-template`` then ``/tokenize``. Tokens "lost to the template" are those of
+the previous request that the next one, carrying the same messages and more, no longer starts with: the chat
+template rendered the same messages differently.
+
+Per template shape (``chat.testing.chat_templates.TEMPLATE_SHAPES`` where it exists, else the generated
+model's ChatML) Cachet's requests are replayed again. Last, two and four sessions in different workspaces
+alternate turn by turn on one slot, with llama.cpp's host-memory prompt cache (``--cache-ram``) on and off,
+with today's one system prompt and with the old one whose first line named the workspace and the model
+("before" issue 10's item 1, made by rewriting that line in the same requests).
+
+The line ``cachet processed/minimum = R`` (R to 3 decimals, the worst template shape) is an interface.
+
+    python bench/cache.py [--quick] [--turns 30] [--layers 1] [--dim 64] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from chat.testing.llama import LlamaServer
+    from chat.testing.scripted_server import Step
+    from sessions_app.models import ChatSession, Turn
+
+DATE = "2026-11-30"
+MODEL = "bench"
+CTX = 65536
+PRUNE_PROTECT = 8000
+PRUNE_MINIMUM = 4000
+PRUNED = "[Old tool result content cleared]"
+OLD_FIRST_LINE = (
+    'You are a coding assistant working in the workspace "{workspace}" on a server. You are the model {model}.'
+)
+
+Message = dict[str, Any]
+
+
+# --- the workspace and the reference conversation -----------------------------------------------------------
+
+
+def make_workspace(folder: Path) -> None:
+    """A small Python project: one large module, a few small ones, notes."""
+    app = folder / "app"
+    app.mkdir(parents=True)
+    (app / "big.py").write_text(
+        "".join(f"def handler_{i}(request):\n    return respond(request, code={i})\n" for i in range(1, 71))
+    )
+    (app / "util.py").write_text(
+        "".join(f"def helper_{i}(value):\n    return value * {i} + {i % 7}\n" for i in range(1, 16))
+    )
+    (app / "config.py").write_text("".join(f"SETTING_{i} = {i}\n" for i in range(1, 41)))
+    (app / "models.py").write_text(
+        "".join(f"class Model{i}:\n    name = 'model_{i}'\n    size = {i * 3}\n" for i in range(1, 14))
+    )
+    docs = folder / "docs"
+    docs.mkdir()
+    (docs / "notes.md").write_text("".join(f"- Note {i}: the handlers answer with respond().\n" for i in range(1, 13)))
+
+
+@dataclass
+class Action:
+    """One thing the person does: send a message (its reply scripted as steps), undo, or compact."""
+
+    kind: str
+    words: str = ""
+    steps: list[Step] = field(default_factory=list)
+
+
+def _reply(turn: int, topic: str) -> str:
+    return (
+        f"Turn {turn}: I looked at {topic}. The handlers all answer through respond() with their own code, the "
+        "helpers are small arithmetic functions and the settings are plain constants. Nothing here needs a "
+        "change beyond what you asked; tell me if you want the next file looked at."
+    )
+
+
+def turn_steps(turn: int) -> tuple[str, list[Step]]:
+    """The person's words and the scripted reply of turn ``turn`` (1-based), by a cycle of six kinds."""
+    from chat.testing.scripted_server import Step
+
+    kind = (turn - 1) % 6
+    think = f"Turn {turn}: the person wants this checked; I read before I answer."
+    if kind == 0:
+        words, topic = "Read app/big.py and tell me how the handlers answer.", "app/big.py"
+        steps = [
+            Step(reasoning=think, tool_calls=[("read", {"path": "app/big.py"})]),
+            Step(reasoning=think, tool_calls=[("read", {"path": "app/big.py", "offset": 20, "limit": 30})]),
+        ]
+    elif kind == 1:
+        words, topic = "What do the helpers in app/util.py compute?", "app/util.py"
+        steps = [
+            Step(
+                reasoning=think,
+                tool_calls=[("read", {"path": "app/util.py"}), ("grep", {"pattern": "def helper_1", "path": "app"})],
+            )
+        ]
+    elif kind == 2:
+        words, topic = f"Set SETTING_{turn} in app/config.py to {turn * 10}.", "app/config.py"
+        steps = [
+            Step(reasoning=think, tool_calls=[("read", {"path": "app/config.py"})]),
+            Step(
+                reasoning=think,
+                tool_calls=[
+                    (
+                        "edit",
+                        {
+                            "path": "app/config.py",
+                            "old_string": f"SETTING_{turn} = {turn}\n",
+                            "new_string": f"SETTING_{turn} = {turn * 10}\n",
+                        },
+                    )
+                ],
+            ),
+        ]
+    elif kind == 3:
+        words, topic = "Where are SETTING_1x used, and what is in app/models.py?", "the settings and the models"
+        grep = ("grep", {"pattern": "SETTING_1", "path": "app"})
+        steps = [
+            Step(reasoning=think, tool_calls=[grep]),
+            Step(reasoning=think, tool_calls=[grep, ("read", {"path": "app/models.py"})]),
+        ]
+    elif kind == 4:
+        words, topic = "Check app/util.py again against docs/notes.md.", "app/util.py and the notes"
+        steps = [
+            Step(reasoning=think, tool_calls=[("read", {"path": "app/util.py"}), ("read", {"path": "docs/notes.md"})])
+        ]
+    else:
+        words, topic = "Which Python files are there? Show me the first models.", "the Python files"
+        steps = [
+            Step(reasoning=think, tool_calls=[("glob", {"pattern": "**/*.py"})]),
+            Step(reasoning=think, tool_calls=[("read", {"path": "app/models.py", "offset": 1, "limit": 12})]),
+        ]
+    steps.append(Step(reasoning=think, text=_reply(turn, topic)))
+    return f"Turn {turn}: {words}", steps
+
+
+def reference_actions(turns: int) -> list[Action]:
+    """The reference session: ``turns`` live turns, an undo of an edit turn, one compaction halfway."""
+    from chat.testing.scripted_server import Step
+
+    undo_after = 3 if turns < 12 else 9
+    compact_after = max(4, turns // 2)
+    actions: list[Action] = []
+    for turn in range(1, turns + 1):
+        words, steps = turn_steps(turn)
+        actions.append(Action("send", words, steps))
+        if turn == undo_after:
+            actions.append(Action("undo"))
+            words, steps = turn_steps(turn)
+            actions.append(Action("send", words.replace(f"Turn {turn}:", f"Turn {turn} again:"), steps))
+        if turn == compact_after:
+            summary = (
+                f"Summary of turns 1-{turn}: the person had me read app/big.py (70 handlers answering through "
+                "respond), app/util.py (15 helpers), app/models.py and docs/notes.md, grep for helpers and "
+                "settings, and set several SETTING_n in app/config.py to ten times their value; one edit was "
+                "taken back. Nothing is pending."
+            )
+            actions.append(Action("compact", steps=[Step(text=summary)]))
+    return actions
+
+
+def session_actions(turns: int) -> list[Action]:
+    """A session of the alternation runs: sends only."""
+    actions = []
+    for turn in range(1, turns + 1):
+        words, steps = turn_steps(turn)
+        actions.append(Action("send", words, steps))
+    return actions
+
+
+# --- the scripted stage: Cachet's real loop and store ------------------------------------------------------
+
+
+@dataclass
+class Sent:
+    """One request Cachet sent, with what a peer resending every tool result would have sent instead."""
+
+    body: bytes
+    request: dict[str, Any]
+    peer_messages: list[Message]
+    turn: int
+    new_turn: bool
+    clock: datetime
+
+
+@dataclass
+class Recorded:
+    workspace: str
+    sent: list[Sent]
+
+    def by_turn(self) -> list[list[Sent]]:
+        groups: list[list[Sent]] = []
+        for sent in self.sent:
+            if sent.new_turn or not groups:
+                groups.append([])
+            groups[-1].append(sent)
+        return groups
+
+
+def _setup_django(data: Path) -> None:
+    os.environ["CACHET_DATA"] = str(data)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cachet.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def _full_tool_message(message: Message, session: ChatSession) -> Message:
+    """A tool message as a peer sends it: a stub or ``Same result as`` answered with the text it stands for."""
+    from sessions_app.models import Result, ResultKind
+
+    result = Result.objects.get(session=session, call_id=message["tool_call_id"])
+    if result.kind not in (ResultKind.STUB, ResultKind.SAME):
+        return message
+    bracket = result.inserted_text[: result.inserted_text.index("]") + 1]
+    return {**message, "content": bracket + "\n" + result.full_text}
+
+
+def _turn_messages(turn: Turn, session: ChatSession) -> list[Message]:
+    """An earlier turn as a peer resends it: the person's message, then every step with its calls and results."""
+    from sessions_app.selectors.requests import step_messages
+
+    results = list(turn.results.order_by("number"))
+    out: list[Message] = [{"role": "user", "content": turn.message}]
+    for step in turn.steps.order_by("number"):
+        for message in step_messages(step, [r for r in results if r.step_id == step.pk]):
+            out.append(_full_tool_message(message, session) if message["role"] == "tool" else message)
+    return out
+
+
+def _peer_messages(messages: list[Message], earlier: Sequence[Turn], session: ChatSession) -> list[Message]:
+    """Cachet's messages with each earlier turn's reply expanded into its steps and results, stubs in full."""
+    out = [messages[0]]
+    for position, turn in enumerate(earlier):
+        user, assistant = messages[1 + 2 * position], messages[2 + 2 * position]
+        if user != {"role": "user", "content": turn.message} or assistant["role"] != "assistant":
+            raise RuntimeError(f"request layout: turn {turn.number} is not where expected")
+        out.extend(_turn_messages(turn, session))
+    for message in messages[1 + 2 * len(earlier) :]:
+        out.append(_full_tool_message(message, session) if message["role"] == "tool" else message)
+    return out
+
+
+def record_session(work: Path, name: str, actions: Sequence[Action]) -> Recorded:
+    """Run ``actions`` through the real reply loop against the scripted server; every request kept."""
+    from django.contrib.auth import get_user_model
+
+    from chat.agent.loop import ReplyLoop
+    from chat.agent.model_client import Timeouts
+    from chat.testing.scripted_server import ScriptedServer
+    from chat.tools import tool_list
+    from sessions_app.models import ModelEndpoint, Workspace
+    from sessions_app.selectors.sessions import history_turns
+    from sessions_app.services.sessions import session_start
+
+    folder = work / name
+    make_workspace(folder)
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    sent: list[Sent] = []
+    clock = datetime(2026, 11, 30, 9, 0)
+    with ScriptedServer(model=MODEL) as server:
+        workspace = Workspace.objects.create(name=name, folder=str(folder))
+        endpoint = ModelEndpoint.objects.create(
+            name=f"scripted-{name}", base_url=server.base_url, model=MODEL, context_window=CTX
+        )
+        session = session_start(
+            owner=user, workspace=workspace, endpoint=endpoint, model_name=MODEL, tools=tool_list(allow_commands=False)
+        )
+        loop = ReplyLoop(session, date=DATE, client_timeouts=Timeouts(connect=10, first_token=60, between_chunks=60))
+        for action in actions:
+            before = len(server.requests)
+            earlier = list(history_turns(loop.session))
+            server.push(*action.steps)
+            events: Iterator[object]
+            if action.kind == "send":
+                events = loop.send(action.words)
+                clock += timedelta(minutes=3)
+            elif action.kind == "undo":
+                events = loop.undo(restore=True)
+            else:
+                events = loop.compact()
+            for _event in events:
+                pass
+            if server.remaining:
+                raise RuntimeError(f"{name}: {action.kind} left {server.remaining} scripted steps unused")
+            for position, body in enumerate(server.requests[before:]):
+                request = json.loads(body)
+                messages: list[Message] = request["messages"]
+                turn_number = len(earlier) + 1
+                sent.append(
+                    Sent(
+                        body=body,
+                        request=request,
+                        peer_messages=_peer_messages(messages, earlier, loop.session),
+                        turn=turn_number,
+                        new_turn=position == 0,
+                        clock=clock,
+                    )
+                )
+                clock += timedelta(seconds=20)
+    return Recorded(workspace=name, sent=sent)
+
+
+# --- the peers -------------------------------------------------------------------------------------------------
+
+
+def _body(request: dict[str, Any], messages: list[Message]) -> bytes:
+    out = {key: value for key, value in request.items() if key != "messages"}
+    out["messages"] = messages
+    return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def resend_bodies(recorded: Recorded) -> list[bytes]:
+    return [_body(sent.request, sent.peer_messages) for sent in recorded.sent]
+
+
+def clock_bodies(recorded: Recorded) -> list[bytes]:
+    bodies = []
+    for sent in recorded.sent:
+        system = sent.peer_messages[0]
+        stamp = sent.clock.strftime("Current date and time: %Y-%m-%d %H:%M.\n")
+        messages = [{**system, "content": stamp + system["content"]}, *sent.peer_messages[1:]]
+        bodies.append(_body(sent.request, messages))
+    return bodies
+
+
+def prune_bodies(recorded: Recorded) -> list[bytes]:
+    bodies = []
+    pruned: set[str] = set()
+    for sent in recorded.sent:
+        messages = sent.peer_messages
+        if sent.new_turn:
+            users = [index for index, message in enumerate(messages) if message["role"] == "user"]
+            protected_from = users[-2] if len(users) >= 2 else 0
+            older = [
+                message
+                for message in messages[:protected_from]
+                if message["role"] == "tool" and message["tool_call_id"] not in pruned
+            ]
+            kept = 0
+            candidates: list[Message] = []
+            for message in reversed(older):
+                if kept < PRUNE_PROTECT:
+                    kept += len(message["content"])
+                else:
+                    candidates.append(message)
+            if sum(len(message["content"]) for message in candidates) >= PRUNE_MINIMUM:
+                pruned.update(message["tool_call_id"] for message in candidates)
+        shown = [
+            {**message, "content": PRUNED}
+            if message["role"] == "tool" and message["tool_call_id"] in pruned
+            else message
+            for message in messages
+        ]
+        bodies.append(_body(sent.request, shown))
+    return bodies
+
+
+def before_item_1(recorded: Recorded) -> list[list[bytes]]:
+    """The session's requests, turn by turn, with the old system prompt's first line naming workspace and model."""
+    line = OLD_FIRST_LINE.format(workspace=recorded.workspace, model=MODEL)
+    turns = []
+    for group in recorded.by_turn():
+        bodies = []
+        for sent in group:
+            messages: list[Message] = list(sent.request["messages"])
+            rest = messages[0]["content"].split("\n", 1)[1]
+            messages[0] = {**messages[0], "content": line + "\n" + rest}
+            bodies.append(_body(sent.request, messages))
+        turns.append(bodies)
+    return turns
+
+
+# --- llama.cpp -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt: int
+    cached: int
+    processed: int
+    prompt_ms: float
+
+
+@dataclass
+class Totals:
+    requests: int = 0
+    prompt: int = 0
+    cached: int = 0
+    processed: int = 0
+    prompt_ms: float = 0.0
+
+    def add(self, usage: Usage) -> None:
+        self.requests += 1
+        self.prompt += usage.prompt
+        self.cached += usage.cached
+        self.processed += usage.processed
+        self.prompt_ms += usage.prompt_ms
+
+    @property
+    def share(self) -> float:
+        return self.cached / self.prompt if self.prompt else 0.0
+
+
+def send(server: LlamaServer, body: bytes) -> Usage:
+    """One request to llama.cpp; what it reports."""
+    from chat.agent.model_client import Timeouts, stream_chat
+
+    timeouts = Timeouts(connect=10, first_token=1800, between_chunks=600)
+    completion = stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=timeouts).complete()
+    timings = completion.timings or {}
+    prompt = completion.prompt_tokens or 0
+    cached = completion.cached_tokens or 0
+    processed = timings.get("prompt_n")
+    return Usage(
+        prompt=prompt,
+        cached=cached,
+        processed=int(processed) if isinstance(processed, int) else prompt - cached,
+        prompt_ms=float(timings.get("prompt_ms") or 0.0),
+    )
+
+
+@dataclass
+class Shape:
+    name: str
+    template: str | None
+    model: Path
+
+
+class Servers:
+    """Starts one llama.cpp server at a time on the bench model."""
+
+    def __init__(self, model: Path, threads: int) -> None:
+        self.model = model
+        self.threads = threads
+
+    def run(
+        self, *, template: str | None = None, cache_ram_mib: int | None = None, model: Path | None = None
+    ) -> LlamaServer:
+        from chat.testing.llama import LlamaServer
+
+        return LlamaServer(
+            model or self.model,
+            ctx_size=CTX,
+            threads=self.threads,
+            n_predict=1,
+            verbosity=0,
+            alias=MODEL,
+            cache_ram_mib=cache_ram_mib,
+            chat_template=template,
+        ).start()
+
+
+def replay(server: LlamaServer, bodies: Sequence[bytes]) -> list[Usage]:
+    return [send(server, body) for body in bodies]
+
+
+@dataclass(frozen=True)
+class Minimum:
+    tokens: int
+    minimum: int
+    template_lost: int
+    template_lost_requests: int
+
+
+def _shared(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def physical_minimum(server: LlamaServer, recorded: Recorded) -> Minimum:
+    """Per request, the tokens not shared with the previous request's tokens (the server's template and tokenizer)."""
+    from chat.agent.server_api import prompt_tokens
+
+    previous: tuple[int, ...] = ()
+    previous_messages: list[Message] = []
+    total = minimum = lost = lost_requests = 0
+    for sent in recorded.sent:
+        messages: list[Message] = sent.request["messages"]
+        tokens = prompt_tokens(server.base_url, messages, tools=sent.request.get("tools"))
+        if tokens is None:
+            raise RuntimeError("the server offers no /apply-template or /tokenize")
+        shared = _shared(previous, tokens)
+        total += len(tokens)
+        minimum += len(tokens) - shared
+        if previous and messages[: len(previous_messages)] == previous_messages and shared < len(previous):
+            lost += len(previous) - shared
+            lost_requests += 1
+        previous, previous_messages = tokens, messages
+    return Minimum(tokens=total, minimum=minimum, template_lost=lost, template_lost_requests=lost_requests)
+
+
+# --- the runs ----------------------------------------------------------------------------------------------
+
+
+def template_shapes(default_model: Path) -> tuple[list[Shape], str]:
+    """The template shapes to run: cache10's ``TEMPLATE_SHAPES`` where present, else the model's own ChatML."""
+    try:
+        chat_templates = importlib.import_module("chat.testing.chat_templates")
+    except ImportError:
+        return [Shape("chatml (generated model's own)", None, default_model)], (
+            "chat.testing.chat_templates is not there yet: the generated model's ChatML only"
+        )
+    shapes: dict[str, str] = dict(chat_templates.TEMPLATE_SHAPES)
+    return [Shape(name, template, default_model) for name, template in shapes.items()], "chat_templates.TEMPLATE_SHAPES"
+
+
+def _ms(value: float) -> str:
+    return f"{value / 1000:.1f} s"
+
+
+def run_reference(servers: Servers, recorded: Recorded, shapes: Sequence[Shape]) -> float:
+    """Cachet and the peers on the first shape, then Cachet on every shape; the worst R."""
+    variants: dict[str, Callable[[Recorded], list[bytes]]] = {
+        "cachet": lambda r: [sent.body for sent in r.sent],
+        "(a) resend": resend_bodies,
+        "(b) clock": clock_bodies,
+        "(c) prune": prune_bodies,
+    }
+    first = shapes[0]
+    totals: dict[str, Totals] = {}
+    for name, bodies_of in variants.items():
+        server = servers.run(template=first.template, model=first.model)
+        try:
+            started = time.monotonic()
+            totals[name] = Totals()
+            for usage in replay(server, bodies_of(recorded)):
+                totals[name].add(usage)
+            wall = time.monotonic() - started
+            if name == "cachet":
+                first_minimum = physical_minimum(server, recorded)
+        finally:
+            server.stop()
+        print(f"  replayed {name}: {totals[name].requests} requests in {wall:.0f} s", flush=True)
+    base = totals["cachet"]
+    print()
+    print(f"Reference session, template {first.name}: {base.requests} requests")
+    header = ("variant", "prompt tok", "processed", "cached", "prompt time", "processed/cachet", "time/cachet")
+    print(f"{header[0]:<12}" + "".join(f"{h:>17}" for h in header[1:]))
+    for name, fig in totals.items():
+        print(
+            f"{name:<12}{fig.prompt:>17,}{fig.processed:>17,}{fig.share:>17.1%}{_ms(fig.prompt_ms):>17}"
+            f"{fig.processed / base.processed:>16.2f}x{fig.prompt_ms / base.prompt_ms:>16.2f}x"
+        )
+    print(
+        f"cachet: {base.processed:,} processed, physical minimum {first_minimum.minimum:,} "
+        f"(of {first_minimum.tokens:,} prompt tokens); lost to the template: {first_minimum.template_lost:,} tokens "
+        f"in {first_minimum.template_lost_requests} requests"
+    )
+    print()
+    print("Per template shape (Cachet's requests):")
+    print(f"{'shape':<34}{'prompt tok':>12}{'processed':>12}{'minimum':>12}{'R':>8}{'template-lost':>15}")
+    worst = 0.0
+    for shape in shapes:
+        if shape is first:
+            processed, found = base.processed, first_minimum
+            prompt = base.prompt
+        else:
+            server = servers.run(template=shape.template, model=shape.model)
+            try:
+                shape_totals = Totals()
+                for usage in replay(server, [sent.body for sent in recorded.sent]):
+                    shape_totals.add(usage)
+                found = physical_minimum(server, recorded)
+            finally:
+                server.stop()
+            processed, prompt = shape_totals.processed, shape_totals.prompt
+        ratio = processed / found.minimum if found.minimum else 0.0
+        worst = max(worst, ratio)
+        print(
+            f"{shape.name[:33]:<34}{prompt:>12,}{processed:>12,}{found.minimum:>12,}{ratio:>8.3f}"
+            f"{found.template_lost:>15,}"
+        )
+    ratio_b = totals["(b) clock"].processed / base.processed
+    ratio_c = totals["(c) prune"].processed / base.processed
+    print(
+        f"targets: R <= 1.02 on every shape: {'met' if worst <= 1.02 else 'MISSED'} ({worst:.3f}); "
+        f">= 5x fewer than (b): {'met' if ratio_b >= 5 else 'MISSED'} ({ratio_b:.2f}x); "
+        f">= 1.3x fewer than (c): {'met' if ratio_c >= 1.3 else 'MISSED'} ({ratio_c:.2f}x)"
+    )
+    return worst
+
+
+def run_alternation(servers: Servers, sessions: Sequence[Recorded], counts: Sequence[int]) -> float:
+    """Sessions alternating turn by turn on one slot; the worst first-request cached share of a later session."""
+    print()
+    print("Sessions alternating turn by turn on one slot (processed tokens per session-turn):")
+    header = ("sessions", "system prompt", "host cache", "processed", "per turn", "prompt time", "new session cached")
+    print(
+        f"{header[0]:>8}  {header[1]:<20}{header[2]:>11}"
+        + "".join(f"{h:>14}" for h in header[3:6])
+        + f"{header[6]:>20}"
+    )
+    worst_first = 1.0
+    for count in counts:
+        for prefix in ("one prefix (now)", "per-session line"):
+            turns_of = (
+                [[[sent.body for sent in group] for group in r.by_turn()] for r in sessions[:count]]
+                if prefix.startswith("one")
+                else [before_item_1(r) for r in sessions[:count]]
+            )
+            for cache in ("on", "off"):
+                server = servers.run(cache_ram_mib=None if cache == "on" else 0)
+                totals = Totals()
+                firsts: list[float] = []
+                session_turns = 0
+                try:
+                    for turn in range(max(len(t) for t in turns_of)):
+                        for position, turns in enumerate(turns_of):
+                            if turn >= len(turns):
+                                continue
+                            session_turns += 1
+                            for index, body in enumerate(turns[turn]):
+                                usage = send(server, body)
+                                totals.add(usage)
+                                if turn == 0 and index == 0 and position > 0:
+                                    firsts.append(usage.cached / usage.prompt if usage.prompt else 0.0)
+                finally:
+                    server.stop()
+                first = min(firsts) if firsts else 0.0
+                if prefix.startswith("one"):
+                    worst_first = min(worst_first, first)
+                print(
+                    f"{count:>8}  {prefix:<20}{cache:>11}{totals.processed:>14,}"
+                    f"{totals.processed / session_turns:>14,.0f}{_ms(totals.prompt_ms):>14}{first:>20.1%}",
+                    flush=True,
+                )
+    print(
+        f"target: a new session's first request >= 80 % cached when another has run: "
+        f"{'met' if worst_first >= 0.8 else 'MISSED'} ({worst_first:.1%})"
+    )
+    return worst_first
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="6 turns, two alternating sessions of 2 turns")
+    parser.add_argument("--turns", type=int, default=None, help="turns of the reference session (30; quick 6)")
+    parser.add_argument("--layers", type=int, default=1)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    turns = args.turns or (6 if args.quick else 30)
+    alternation_turns = 2 if args.quick else 4
+    counts = (2,) if args.quick else (2, 4)
+
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="cachet-cache-bench-"))
+    _setup_django(work / "data")
+    from chat.testing.tiny_gguf import ModelShape, write_model
+
+    shape = ModelShape(layers=args.layers, dim=args.dim, heads=max(1, args.dim // 64), ff=args.dim * 2, ctx=CTX)
+    model = write_model(work / "bench.gguf", shape)
+    shapes, source = template_shapes(model)
+    print(f"model: {args.layers} layer(s) x {args.dim}, byte-level vocabulary; templates: {source}")
+
+    reference = record_session(work, "reference", reference_actions(turns))
+    others = [record_session(work, f"team-{letter}", session_actions(alternation_turns)) for letter in "abcd"]
+    print(
+        f"recorded: reference session {turns} turns + 1 undone, {len(reference.sent)} requests; "
+        f"{len(others)} sessions of {alternation_turns} turns ({time.monotonic() - started:.0f} s)",
+        flush=True,
+    )
+    servers = Servers(model, args.threads)
+    worst = run_reference(servers, reference, shapes)
+    run_alternation(servers, others, counts)
+    print()
+    print(f"cachet processed/minimum = {worst:.3f}")
+    print(f"(all in {time.monotonic() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
