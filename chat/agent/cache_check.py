@@ -68,32 +68,42 @@ def shared_prefix(first: Sequence[Any], second: Sequence[Any]) -> int:
     return count
 
 
-def _message_strings(message: Mapping[str, Any]) -> list[str]:
-    strings: list[str] = []
-    for key in ("content", "reasoning_content"):
-        value = message.get(key)
-        if isinstance(value, str) and value.strip():
-            strings.append(value.strip())
+def _strings(message: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """A message's reasoning and, in the order templates write them, its content and calls' names and arguments."""
+    reasoning = message.get("reasoning_content")
+    main: list[str] = []
+    content = message.get("content")
+    if isinstance(content, str) and content.strip():
+        main.append(content.strip())
     for call in message.get("tool_calls") or ():
         function = call.get("function") if isinstance(call, Mapping) else None
         if isinstance(function, Mapping):
-            strings.extend(str(function[key]) for key in ("name", "arguments") if str(function.get(key) or ""))
-    return strings
+            main.extend(str(function[key]) for key in ("name", "arguments") if str(function.get(key) or ""))
+    return (reasoning.strip() if isinstance(reasoning, str) else ""), main
 
 
 def message_ends(messages: Sequence[Mapping[str, Any]], text: str) -> list[int]:
     """Where each message's rendering ends in ``text``, as far as its own strings show: each message's
-    content, reasoning and calls are looked for in order after the previous message's; a message none of
-    whose strings is found ends where the one before it did."""
+    content and calls are looked for in order after the previous message's, its reasoning before them; a
+    message none of whose strings is found ends where the one before it did."""
     ends: list[int] = []
     cursor = 0
     for message in messages:
+        reasoning, main = _strings(message)
+        start = cursor
         end = cursor
-        for string in _message_strings(message):
+        first_main: int | None = None
+        for string in main:
             found = text.find(string, cursor)
             if found >= 0:
+                first_main = found if first_main is None else first_main
                 end = max(end, found + len(string))
                 cursor = found + len(string)
+        if reasoning:
+            found = text.find(reasoning, start, len(text) if first_main is None else first_main)
+            if found >= 0:
+                end = max(end, found + len(reasoning))
+                cursor = max(cursor, end)
         ends.append(end)
     return ends
 

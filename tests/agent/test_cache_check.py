@@ -40,7 +40,7 @@ STEP_1 = {
     "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": '{"path":"n"}'}}],
 }
 RESULT_1 = {"role": "tool", "tool_call_id": "c1", "content": "[#0001 n]\n1: hello"}
-STEP_2 = {**STEP_1, "reasoning_content": "Again.", "tool_calls": [{**STEP_1["tool_calls"][0], "id": "c2"}]}
+STEP_2 = {**STEP_1, "tool_calls": [{**STEP_1["tool_calls"][0], "id": "c2"}]}
 RESULT_2 = {"role": "tool", "tool_call_id": "c2", "content": "[#0002 n]\nUnchanged since #0001."}
 
 
