@@ -31,17 +31,17 @@ def render(messages: list[dict[str, Any]], *, think: bool) -> str:
     return "".join(parts) + "<|assistant|>"
 
 
-SYSTEM = {"role": "system", "content": "You help."}
-USER = {"role": "user", "content": "Read notes.md"}
-STEP_1 = {
+SYSTEM: dict[str, Any] = {"role": "system", "content": "You help."}
+USER: dict[str, Any] = {"role": "user", "content": "Read notes.md"}
+STEP_1: dict[str, Any] = {
     "role": "assistant",
     "content": "",
     "reasoning_content": "I will read it.",
     "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": '{"path":"n"}'}}],
 }
-RESULT_1 = {"role": "tool", "tool_call_id": "c1", "content": "[#0001 n]\n1: hello"}
-STEP_2 = {**STEP_1, "tool_calls": [{**STEP_1["tool_calls"][0], "id": "c2"}]}
-RESULT_2 = {"role": "tool", "tool_call_id": "c2", "content": "[#0002 n]\nUnchanged since #0001."}
+RESULT_1: dict[str, Any] = {"role": "tool", "tool_call_id": "c1", "content": "[#0001 n]\n1: hello"}
+STEP_2: dict[str, Any] = {**STEP_1, "tool_calls": [{**STEP_1["tool_calls"][0], "id": "c2"}]}
+RESULT_2: dict[str, Any] = {"role": "tool", "tool_call_id": "c2", "content": "[#0002 n]\nUnchanged since #0001."}
 
 
 def test_shared_prefix_counts_from_the_first_item() -> None:
