@@ -59,13 +59,15 @@ class CacheCheck:
 
 
 def shared_prefix(first: Sequence[Any], second: Sequence[Any]) -> int:
-    """How many items, from the first, two sequences have in common."""
-    count = 0
-    for left, right in zip(first, second, strict=False):
-        if left != right:
-            break
-        count += 1
-    return count
+    """How many items, from the first, two sequences have in common (slices compared, not items one by one)."""
+    low, high = 0, min(len(first), len(second))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if first[low:middle] == second[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _strings(message: Mapping[str, Any]) -> tuple[str, list[str]]:
