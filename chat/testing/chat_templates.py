@@ -253,7 +253,7 @@ LATEST_REASONING = CHATML.replace(
 {%- if message.content %}""",
     """{{- '<|im_start|>assistant' }}
 {%- if message.reasoning_content and loop.index0 == ns.last_assistant %}
-{{- '\\n<think>\\n' + message.reasoning_content + '\\n</think>\\n' }}
+{{- '\\n<think>\\n' + message.reasoning_content.strip('\\n') + '\\n</think>\\n' }}
 {%- endif %}
 {%- if message.content %}""",
 ).replace(
