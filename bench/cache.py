@@ -35,7 +35,7 @@ with today's one system prompt and with the old one whose first line named the w
 
 The line ``cachet processed/minimum = R`` (R to 3 decimals, the worst template shape) is an interface.
 
-    python bench/cache.py [--quick] [--turns 30] [--layers 1] [--dim 64] [--threads 2]
+    python bench/cache.py [--quick] [--turns 30] [--layers 1] [--dim 32] [--threads 2]
 """
 
 from __future__ import annotations
@@ -82,18 +82,18 @@ def make_workspace(folder: Path) -> None:
     app = folder / "app"
     app.mkdir(parents=True)
     (app / "big.py").write_text(
-        "".join(f"def handler_{i}(request):\n    return respond(request, code={i})\n" for i in range(1, 71))
+        "".join(f"def handler_{i}(request):\n    return respond(request, code={i})\n" for i in range(1, 46))
     )
     (app / "util.py").write_text(
-        "".join(f"def helper_{i}(value):\n    return value * {i} + {i % 7}\n" for i in range(1, 16))
+        "".join(f"def helper_{i}(value):\n    return value * {i} + {i % 7}\n" for i in range(1, 11))
     )
     (app / "config.py").write_text("".join(f"SETTING_{i} = {i}\n" for i in range(1, 41)))
     (app / "models.py").write_text(
-        "".join(f"class Model{i}:\n    name = 'model_{i}'\n    size = {i * 3}\n" for i in range(1, 14))
+        "".join(f"class Model{i}:\n    name = 'model_{i}'\n    size = {i * 3}\n" for i in range(1, 9))
     )
     docs = folder / "docs"
     docs.mkdir()
-    (docs / "notes.md").write_text("".join(f"- Note {i}: the handlers answer with respond().\n" for i in range(1, 13)))
+    (docs / "notes.md").write_text("".join(f"- Note {i}: the handlers answer with respond().\n" for i in range(1, 9)))
 
 
 @dataclass
@@ -123,7 +123,7 @@ def turn_steps(turn: int) -> tuple[str, list[Step]]:
         words, topic = "Read app/big.py and tell me how the handlers answer.", "app/big.py"
         steps = [
             Step(reasoning=think, tool_calls=[("read", {"path": "app/big.py"})]),
-            Step(reasoning=think, tool_calls=[("read", {"path": "app/big.py", "offset": 20, "limit": 30})]),
+            Step(reasoning=think, tool_calls=[("read", {"path": "app/big.py", "offset": 12, "limit": 20})]),
         ]
     elif kind == 1:
         words, topic = "What do the helpers in app/util.py compute?", "app/util.py"
@@ -189,8 +189,8 @@ def reference_actions(turns: int) -> list[Action]:
             actions.append(Action("send", words.replace(f"Turn {turn}:", f"Turn {turn} again:"), steps))
         if turn == compact_after:
             summary = (
-                f"Summary of turns 1-{turn}: the person had me read app/big.py (70 handlers answering through "
-                "respond), app/util.py (15 helpers), app/models.py and docs/notes.md, grep for helpers and "
+                f"Summary of turns 1-{turn}: the person had me read app/big.py (45 handlers answering through "
+                "respond), app/util.py (10 helpers), app/models.py and docs/notes.md, grep for helpers and "
                 "settings, and set several SETTING_n in app/config.py to ten times their value; one edit was "
                 "taken back. Nothing is pending."
             )
@@ -683,7 +683,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="6 turns, two alternating sessions of 2 turns")
     parser.add_argument("--turns", type=int, default=None, help="turns of the reference session (30; quick 6)")
     parser.add_argument("--layers", type=int, default=1)
-    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--dim", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     turns = args.turns or (6 if args.quick else 30)
