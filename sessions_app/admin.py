@@ -285,10 +285,31 @@ class ModelRequestAdmin(ReadOnlyAdmin):
         "break_cause",
         "prompt_tokens",
         "cached_tokens",
+        "expected_cached_tokens",
+        "cache_miss",
+        "cache_miss_tokens",
         "completion_tokens",
         "time_to_first_token",
         "total_time",
         "status",
     ]
-    list_filter = ["kind", "break_cause", "status", "session__owner"]
+    list_filter = ["kind", "break_cause", "cache_miss", "status", "session__owner"]
     search_fields = ["model_name", "error"]
+    exclude = ["cache_miss_before", "cache_miss_after"]
+    readonly_fields = ["renderings"]
+
+    class Media:
+        css = {"all": ["cachet/admin.css"]}
+
+    @admin.display(description="first message rendered differently (template miss)")
+    def renderings(self, request: ModelRequest) -> SafeString | str:
+        if not (request.cache_miss_before or request.cache_miss_after):
+            return "—"
+        return format_html(
+            '<div class="cachet-texts">'
+            "<div><h3>Message {} as the server rendered it for the request before</h3>{}</div>"
+            "<div><h3>As it rendered it for this request</h3>{}</div></div>",
+            request.cache_miss_message,
+            _numbered(request.cache_miss_before),
+            _numbered(request.cache_miss_after),
+        )

@@ -263,6 +263,12 @@ class BreakCause(models.TextChoices):
     UNEXPECTED = "unexpected", "unexpected"
 
 
+class CacheMiss(models.TextChoices):
+    HARNESS = "harness", "harness"
+    TEMPLATE = "template", "template"
+    SERVER = "server", "server"
+
+
 class RequestStatus(models.TextChoices):
     SENDING = "sending", "sending"
     DONE = "done", "done"
@@ -292,6 +298,12 @@ class ModelRequest(models.Model):
     total_time = models.FloatField(null=True, blank=True)
     usage = models.JSONField(null=True, blank=True)
     timings = models.JSONField(null=True, blank=True)
+    expected_cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_miss = models.CharField(max_length=8, choices=CacheMiss.choices, blank=True)
+    cache_miss_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_miss_message = models.PositiveIntegerField(null=True, blank=True)
+    cache_miss_before = models.TextField(blank=True)
+    cache_miss_after = models.TextField(blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from django.conf import settings
 from django.utils import timezone
 
+from chat.agent.cache_check import check_request
 from chat.agent.events import (
     BranchFlipped,
     Compacted,
@@ -57,7 +58,7 @@ from sessions_app import prompts
 from sessions_app.errors import EmptySummary, StoreError, person_message
 from sessions_app.hygiene import PriorResult
 from sessions_app.hygiene.config import ContextConfig
-from sessions_app.models import ChatSession, ModelRequest, RequestKind, Turn
+from sessions_app.models import BreakCause, ChatSession, ModelRequest, RequestKind, Turn
 from sessions_app.selectors.requests import (
     BuiltRequest,
     PreviousRequest,
@@ -69,7 +70,7 @@ from sessions_app.selectors.requests import (
 from sessions_app.selectors.sessions import last_live_turn
 from sessions_app.services.compaction import compaction_apply
 from sessions_app.services.locks import reply_lock
-from sessions_app.services.requests import request_record_finish, request_record_start
+from sessions_app.services.requests import request_record_cache_check, request_record_finish, request_record_start
 from sessions_app.services.results import prior_result, reply_table, result_insert
 from sessions_app.services.turns import step_draft_save, step_record, turn_fail, turn_finish, turn_start
 from sessions_app.services.undo import (
@@ -280,6 +281,7 @@ class ReplyLoop:
             self._previous = previous_request(session)
         else:
             self._previous = replace(self._previous, pending=pending_breaks(session))
+        previous_body = self._previous.body
         request, self._previous = request_record_start(
             session=session,
             turn=turn,
@@ -318,8 +320,38 @@ class ReplyLoop:
         completion = answer.completion
         assert completion is not None, "a stream that ends without an error has its completion"
         _finish(request, completion, started=started)
+        self._check_cache(request, built, previous_body)
         yield RequestFinished(request)
         return completion
+
+    def _check_cache(self, request: ModelRequest, built: BuiltRequest, previous_body: bytes) -> None:
+        """After the answer: what the request should have found cached, and why the server reused less."""
+        if self._given_model is not None or request.break_cause in (BreakCause.FIRST, BreakCause.MODEL_CHANGE):
+            return
+        endpoint = self.session.endpoint
+        promised = sum(
+            1 for index in range(len(built.messages)) if built.message_end(index) <= request.expected_shared_bytes
+        )
+        check = check_request(
+            base_url=endpoint.base_url,
+            api_key=endpoint.api_key or None,
+            previous_body=previous_body,
+            messages=built.messages,
+            tools=built.tools,
+            promised_messages=promised,
+            harness_break=request.break_cause == BreakCause.UNEXPECTED,
+            reported_cached=request.cached_tokens,
+        )
+        if check is not None:
+            request_record_cache_check(
+                request=request,
+                expected_cached_tokens=check.expected_cached,
+                miss=check.miss,
+                tokens_lost=check.tokens_lost,
+                message=check.message,
+                before=check.before,
+                after=check.after,
+            )
 
     def _save_draft(self, turn: Turn, step_number: int, streamed: _Streamed, *, idle: bool) -> None:
         size = len(streamed.text) + len(streamed.reasoning)

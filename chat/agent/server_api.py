@@ -149,23 +149,29 @@ def apply_template(
     return prompt if isinstance(prompt, str) else None
 
 
-_kept_prompts: OrderedDict[tuple[str, str], tuple[int, ...]] = OrderedDict()
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """What the server reads for a chat request: its chat template's text and that text's tokens."""
+
+    text: str
+    tokens: tuple[int, ...]
+
+
+_kept_prompts: OrderedDict[tuple[str, str], RenderedPrompt] = OrderedDict()
 _kept_prompts_lock = threading.Lock()
 
 
-def prompt_tokens(
+def rendered_prompt(
     base_url: str,
     messages: Sequence[dict[str, Any]],
     *,
     tools: Sequence[dict[str, Any]] | None = None,
     api_key: str | None = None,
     timeout: float = TIMEOUT,
-) -> tuple[int, ...] | None:
-    """The tokens the server reads for a chat request: its template applied, then its tokenizer (BOS included).
-
-    ``None`` where the server offers either not. The last few answers are kept by the request's content, so the
-    size check before a request and the cache check after it ask the server once.
-    """
+) -> RenderedPrompt | None:
+    """The server's template applied to the request, then its tokenizer (BOS included); ``None`` where the
+    server offers either not. The last few answers are kept by the request's content, so the size check before
+    a request and the cache check after it ask the server once."""
     key_source = json.dumps([list(messages), list(tools or ())], sort_keys=True, ensure_ascii=False)
     key = (server_root(base_url), hashlib.sha256(key_source.encode("utf-8", "surrogatepass")).hexdigest())
     with _kept_prompts_lock:
@@ -179,9 +185,25 @@ def prompt_tokens(
     tokens = tokenize(base_url, prompt, add_special=True, api_key=api_key, timeout=timeout)
     if tokens is None:
         return None
-    answer = tuple(tokens)
+    answer = RenderedPrompt(text=prompt, tokens=tuple(tokens))
     with _kept_prompts_lock:
         _kept_prompts[key] = answer
         while len(_kept_prompts) > KEPT_PROMPTS:
             _kept_prompts.popitem(last=False)
     return answer
+
+
+def prompt_tokens(
+    base_url: str,
+    messages: Sequence[dict[str, Any]],
+    *,
+    tools: Sequence[dict[str, Any]] | None = None,
+    api_key: str | None = None,
+    timeout: float = TIMEOUT,
+) -> tuple[int, ...] | None:
+    """The tokens the server reads for a chat request: its template applied, then its tokenizer (BOS included).
+
+    ``None`` where the server offers either not; kept like ``rendered_prompt``.
+    """
+    rendered = rendered_prompt(base_url, messages, tools=tools, api_key=api_key, timeout=timeout)
+    return rendered.tokens if rendered is not None else None

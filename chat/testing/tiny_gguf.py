@@ -16,59 +16,13 @@ import gguf
 import numpy as np
 import numpy.typing as npt
 
+from chat.testing.chat_templates import CHATML
+
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 
-CHAT_TEMPLATE = """\
-{%- if tools %}
-{{- '<|im_start|>system\\n' }}
-{%- if messages[0].role == 'system' %}
-{{- messages[0].content + '\\n\\n' }}
-{%- endif %}
-{{- '# Tools\\n\\nYou may call one or more functions. '
-    + 'Their signatures are within <tools></tools>:\\n<tools>' }}
-{%- for tool in tools %}
-{{- '\\n' + (tool | tojson) }}
-{%- endfor %}
-{{- '\\n</tools>\\n\\nFor each call, answer a JSON object with the function name and arguments within \
-<tool_call></tool_call> tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n\
-</tool_call><|im_end|>\\n' }}
-{%- elif messages[0].role == 'system' %}
-{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}
-{%- endif %}
-{%- for message in messages %}
-{%- if message.role == 'system' and loop.first %}
-{%- elif message.role == 'user' or message.role == 'system' %}
-{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' }}
-{%- elif message.role == 'assistant' %}
-{{- '<|im_start|>assistant' }}
-{%- if message.content %}
-{{- '\\n' + message.content }}
-{%- endif %}
-{%- if message.tool_calls %}
-{%- for tool_call in message.tool_calls %}
-{%- if tool_call.function is defined %}
-{%- set tool_call = tool_call.function %}
-{%- endif %}
-{{- '\\n<tool_call>\\n{"name": "' + tool_call.name + '", "arguments": ' }}
-{%- if tool_call.arguments is string %}
-{{- tool_call.arguments }}
-{%- else %}
-{{- tool_call.arguments | tojson }}
-{%- endif %}
-{{- '}\\n</tool_call>' }}
-{%- endfor %}
-{%- endif %}
-{{- '<|im_end|>\\n' }}
-{%- elif message.role == 'tool' %}
-{{- '<|im_start|>user\\n<tool_response>\\n' + (message.content or '') + '\\n</tool_response><|im_end|>\\n' }}
-{%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-{{- '<|im_start|>assistant\\n' }}
-{%- endif %}
-"""
+CHAT_TEMPLATE = CHATML
 
 
 @dataclass(frozen=True)
@@ -98,24 +52,64 @@ def bytes_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(printable, codes, strict=True)}
 
 
-def vocabulary() -> tuple[list[str], list[int], list[str]]:
-    """Tokens, token types and merges of the byte-level vocabulary."""
+def vocabulary(specials: tuple[str, ...] = (), script: str | None = None) -> tuple[list[str], list[int], list[str]]:
+    """Tokens, token types and merges of the byte-level vocabulary: ChatML's specials, then ``specials``, then
+    ``script`` as one ordinary token where given."""
     byte_chars = bytes_to_unicode()
     space = byte_chars[ord(" ")]
     tokens = [byte_chars[b] for b in range(256)] + [space + space]
     types = [int(gguf.TokenType.NORMAL)] * len(tokens)
     merges = [f"{space} {space}"]
-    for special in (ENDOFTEXT, IM_START, IM_END):
+    for special in dict.fromkeys((ENDOFTEXT, IM_START, IM_END, *specials)):
         tokens.append(special)
         types.append(int(gguf.TokenType.CONTROL))
+    if script is not None:
+        tokens.append("".join(byte_chars[b] for b in script.encode()))
+        types.append(int(gguf.TokenType.NORMAL))
     return tokens, types, merges
 
 
-def write_model(path: Path, shape: ModelShape = ModelShape()) -> Path:
-    """Write the model to `path` and return it; the same shape and seed give the same bytes."""
+SCRIPT_LOGIT = 40.0
+
+
+def _scripted(
+    n_vocab: int, dim: int, *, newline: int, answer: int, end: int
+) -> tuple[npt.NDArray[np.float16], npt.NDArray[np.float16]]:
+    """Embeddings and output of a model whose layers add nothing: the next token depends on the last one only.
+    After a newline comes ``answer``, after ``answer`` comes ``end``; after anything else, any token alike."""
+    embeddings = np.zeros((n_vocab, dim), dtype=np.float16)
+    embeddings[:, 2] = 1.0
+    embeddings[newline] = 0.0
+    embeddings[newline, 0] = 1.0
+    embeddings[answer] = 0.0
+    embeddings[answer, 1] = 1.0
+    output = np.zeros((n_vocab, dim), dtype=np.float16)
+    weight = SCRIPT_LOGIT / math.sqrt(dim)
+    output[answer, 0] = weight
+    output[end, 1] = weight
+    return embeddings, output
+
+
+def write_model(
+    path: Path,
+    shape: ModelShape = ModelShape(),
+    *,
+    chat_template: str = CHAT_TEMPLATE,
+    specials: tuple[str, ...] = (),
+    bos: str = ENDOFTEXT,
+    eos: str = IM_END,
+    script: str | None = None,
+) -> Path:
+    """Write the model to `path` and return it; the same arguments give the same bytes.
+
+    ``chat_template`` (jinja) is the template it carries, ``specials`` more control tokens it needs, ``bos`` and
+    ``eos`` its begin and end tokens. With ``script``, the model is no noise: whatever it is asked, once the
+    prompt ends in a newline (every generation prompt does) it answers ``script`` and ends its turn, so
+    reasoning and tool calls in the template's own format come back from the server as a real model's would.
+    """
     if shape.dim % shape.heads:
         raise ValueError(f"dim {shape.dim} is not a multiple of heads {shape.heads}")
-    tokens, types, merges = vocabulary()
+    tokens, types, merges = vocabulary((bos, eos, *specials), script)
     n_vocab = len(tokens)
     head_dim = shape.dim // shape.heads
     rng = np.random.default_rng(shape.seed)
@@ -146,26 +140,32 @@ def write_model(path: Path, shape: ModelShape = ModelShape()) -> Path:
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
-    writer.add_bos_token_id(tokens.index(ENDOFTEXT))
-    writer.add_eos_token_id(tokens.index(IM_END))
+    writer.add_bos_token_id(tokens.index(bos))
+    writer.add_eos_token_id(tokens.index(eos))
     writer.add_pad_token_id(tokens.index(ENDOFTEXT))
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    writer.add_chat_template(chat_template)
 
-    writer.add_tensor("token_embd.weight", matrix(n_vocab, shape.dim))
+    embeddings = matrix(n_vocab, shape.dim)
+    output = matrix(n_vocab, shape.dim)
+    if script is not None:
+        embeddings, output = _scripted(n_vocab, shape.dim, newline=ord("\n"), answer=n_vocab - 1, end=tokens.index(eos))
+    writer.add_tensor("token_embd.weight", embeddings)
     for i in range(shape.layers):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", norm())
         writer.add_tensor(f"blk.{i}.attn_q.weight", matrix(shape.dim, shape.dim))
         writer.add_tensor(f"blk.{i}.attn_k.weight", matrix(shape.dim, shape.dim))
         writer.add_tensor(f"blk.{i}.attn_v.weight", matrix(shape.dim, shape.dim))
-        writer.add_tensor(f"blk.{i}.attn_output.weight", matrix(shape.dim, shape.dim))
+        attn_output = matrix(shape.dim, shape.dim)
+        writer.add_tensor(f"blk.{i}.attn_output.weight", attn_output * 0 if script is not None else attn_output)
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", norm())
         writer.add_tensor(f"blk.{i}.ffn_gate.weight", matrix(shape.ff, shape.dim))
         writer.add_tensor(f"blk.{i}.ffn_up.weight", matrix(shape.ff, shape.dim))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", matrix(shape.dim, shape.ff))
+        ffn_down = matrix(shape.dim, shape.ff)
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", ffn_down * 0 if script is not None else ffn_down)
     writer.add_tensor("output_norm.weight", norm())
-    writer.add_tensor("output.weight", matrix(n_vocab, shape.dim))
+    writer.add_tensor("output.weight", output)
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -4,7 +4,9 @@ request appends a bar and the chart is never sent again whole.
 The scale is fixed for a session's model: a bar's height is its prompt tokens as a share of the model's
 context window (cached tokens dark, the rest light), and the time to first token is a line on a fixed
 logarithmic scale (each bar draws the segment from the bar before). A request whose prefix broke is
-marked above its bar with the cause. Every bar has a tooltip with its figures. No script and no inline
+marked above its bar with the cause. Every bar has a tooltip with its figures, and, where the server's
+template and tokenizer could be asked, the tokens expected cached and a shortfall's class (harness,
+template, server) with the tokens lost. No script and no inline
 styles: presentation attributes and classes only, so the page's content security policy holds.
 """
 
@@ -51,6 +53,17 @@ class Bar:
         cause = self.request.break_cause
         return str(BreakCause(cause).label) if cause in BreakCause.values else cause
 
+    @property
+    def miss_label(self) -> str:
+        """The class of a cache shortfall with the tokens lost (and, for a template, the message), or "none"."""
+        request = self.request
+        if not request.cache_miss:
+            return "none"
+        label = f"{request.cache_miss}, {_figure(request.cache_miss_tokens)} tokens lost"
+        if request.cache_miss_message is not None:
+            label += f" from message {request.cache_miss_message}"
+        return label
+
     def tooltip(self) -> str:
         request = self.request
         lines = [
@@ -68,6 +81,9 @@ class Bar:
             f"bytes shared with the request before: {request.shared_prefix_bytes}",
             f"prefix break: {self.cause_label or 'none'}",
         ]
+        if request.expected_cached_tokens is not None:
+            lines.append(f"expected cached: {request.expected_cached_tokens}")
+            lines.append(f"cache miss: {self.miss_label}")
         if request.status == RequestStatus.FAILED:
             lines.append(f"failed: {request.error}")
         return "\n".join(lines)
@@ -110,8 +126,8 @@ def bar_html(bar: Bar, *, window: int, auto_at: float) -> SafeString:
     parts: list[str] = [
         format_html(
             '<svg class="bar-svg" viewBox="0 0 {} {}" preserveAspectRatio="none" overflow="visible" '
-            'aria-hidden="true"><g class="bar" data-request="{}" data-prompt="{}" data-cached="{}" data-cause="{}">'
-            "<title>{}</title>"
+            'aria-hidden="true"><g class="bar" data-request="{}" data-prompt="{}" data-cached="{}" data-cause="{}" '
+            'data-miss="{}"><title>{}</title>'
             '<rect class="hit" x="0" y="0" width="{}" height="{}" fill-opacity="0"/>',
             WIDTH,
             HEIGHT,
@@ -119,6 +135,7 @@ def bar_html(bar: Bar, *, window: int, auto_at: float) -> SafeString:
             _figure(request.prompt_tokens),
             _figure(request.cached_tokens),
             request.break_cause,
+            request.cache_miss,
             bar.tooltip(),
             WIDTH,
             HEIGHT,

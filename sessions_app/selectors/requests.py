@@ -9,6 +9,7 @@ from typing import Any
 
 from sessions_app.models import ChatSession, Generation, LastRequest, Result, Step, Turn
 from sessions_app.selectors.sessions import current_generation, history_turns
+from sessions_app.selectors.turns import turns_reasoning
 from sessions_app.types import PendingBreak
 
 
@@ -50,6 +51,15 @@ def assistant_message(step: Step) -> dict[str, Any]:
     return assistant
 
 
+def earlier_reply(turn: Turn, reasoning: str) -> dict[str, Any]:
+    """An earlier turn's reply as one assistant message: its text, and its steps' reasoning where any, so that
+    the chat template, not Cachet, decides what of it the model sees (spec §8)."""
+    reply: dict[str, Any] = {"role": "assistant", "content": turn.reply_text}
+    if reasoning:
+        reply["reasoning_content"] = reasoning
+    return reply
+
+
 def tool_message(result: Result) -> dict[str, Any]:
     """A result as the request carries it, answering its call."""
     return {"role": "tool", "tool_call_id": result.call_id, "content": result.inserted_text}
@@ -89,10 +99,12 @@ class RequestBuilder:
         turns = history_turns(session, generation=generation).only("number", "message", "reply_text")
         if current is not None:
             turns = turns.filter(number__lt=current.number)
-        for turn in turns:
+        earlier = list(turns)
+        reasoning = turns_reasoning([turn.pk for turn in earlier]) if earlier else {}
+        for turn in earlier:
             self.turn_user_index[turn.number] = len(self.messages)
             self._add({"role": "user", "content": turn.message})
-            self._add({"role": "assistant", "content": turn.reply_text})
+            self._add(earlier_reply(turn, reasoning.get(turn.pk, "")))
         if current is not None:
             self.turn_user_index[current.number] = len(self.messages)
             self._add({"role": "user", "content": current.message})

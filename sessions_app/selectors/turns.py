@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sessions_app.models import StepDraft, Turn
+from sessions_app.models import Step, StepDraft, Turn
 
 REPLY_TEXT_SEPARATOR = "\n\n"
 
@@ -20,3 +20,18 @@ def turn_draft_text(turn: Turn) -> str:
     """The text of the step being streamed as last saved, or ``""``."""
     draft = StepDraft.objects.filter(turn=turn).order_by("-number").values_list("text", flat=True).first()
     return draft or ""
+
+
+def turns_reasoning(turn_ids: list[int]) -> dict[int, str]:
+    """Each turn's reasoning as an earlier turn sends it back: its steps' reasoning in order, joined by a blank
+    line; turns without any are left out."""
+    pieces: dict[int, list[str]] = {}
+    rows = (
+        Step.objects.filter(turn_id__in=turn_ids)
+        .exclude(reasoning="")
+        .order_by("turn_id", "number")
+        .values_list("turn_id", "reasoning")
+    )
+    for turn_id, reasoning in rows:
+        pieces.setdefault(turn_id, []).append(reasoning)
+    return {turn_id: REPLY_TEXT_SEPARATOR.join(texts) for turn_id, texts in pieces.items()}

@@ -151,3 +151,36 @@ def request_record_finish(
     request.finished_at = timezone.now()
     request.save()
     return request
+
+
+@transaction.atomic
+def request_record_cache_check(
+    *,
+    request: ModelRequest,
+    expected_cached_tokens: int,
+    miss: str,
+    tokens_lost: int,
+    message: int | None = None,
+    before: str = "",
+    after: str = "",
+) -> ModelRequest:
+    """Add the cache check to ``request``'s row: the tokens Cachet expected cached and, where the server
+    reused fewer, the miss's class (harness, template or server), the tokens lost and, for a template, the
+    first message rendered differently with both renderings."""
+    request.expected_cached_tokens = expected_cached_tokens
+    request.cache_miss = miss
+    request.cache_miss_tokens = tokens_lost if miss else None
+    request.cache_miss_message = message if miss else None
+    request.cache_miss_before = storable(before) if miss else ""
+    request.cache_miss_after = storable(after) if miss else ""
+    request.save(
+        update_fields=[
+            "expected_cached_tokens",
+            "cache_miss",
+            "cache_miss_tokens",
+            "cache_miss_message",
+            "cache_miss_before",
+            "cache_miss_after",
+        ]
+    )
+    return request

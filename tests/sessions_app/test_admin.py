@@ -11,9 +11,9 @@ from django.test import Client
 from django.urls import reverse
 
 from sessions_app.hygiene.outcomes import OutputOutcome
-from sessions_app.models import ChatSession, Generation, ModelEndpoint, Result, Workspace
+from sessions_app.models import ChatSession, Generation, ModelEndpoint, ModelRequest, Result, Workspace
 from sessions_app.selectors.requests import build_request, previous_request
-from sessions_app.services.requests import request_record_start
+from sessions_app.services.requests import request_record_cache_check, request_record_start
 from sessions_app.services.results import result_insert
 from sessions_app.services.turns import step_record, turn_start
 
@@ -147,6 +147,27 @@ def test_staff_cannot_delete_anything_stored(staff: Client, stored: dict[str, Mo
     assert "delete_selected" not in page.content.decode()
     staff.post(changelist, {"action": "delete_selected", "_selected_action": [row.pk], "post": "yes"})
     assert model._default_manager.filter(pk=row.pk).exists()
+
+
+def test_a_requests_page_shows_both_renderings_of_a_template_miss(staff: Client, stored: dict[str, Model]) -> None:
+    request = stored["modelrequest"]
+    assert isinstance(request, ModelRequest)
+    url = reverse("admin:sessions_app_modelrequest_change", args=[request.pk])
+    assert "first message rendered differently" in staff.get(url).content.decode().lower()
+    request_record_cache_check(
+        request=request,
+        expected_cached_tokens=300,
+        miss="template",
+        tokens_lost=120,
+        message=2,
+        before="<|im_start|>assistant\n<think>\nplan <b>\n</think>",
+        after="<|im_start|>assistant\n",
+    )
+    page = staff.get(url).content.decode()
+    assert "Message 2 as the server rendered it for the request before" in page
+    assert "plan &lt;b&gt;" in page and "plan <b>" not in page
+    listing = staff.get(reverse("admin:sessions_app_modelrequest_changelist") + "?cache_miss=template").content.decode()
+    assert "120" in listing
 
 
 def test_inlines_offer_no_delete(staff: Client, stored: dict[str, Model]) -> None:

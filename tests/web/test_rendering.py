@@ -161,6 +161,22 @@ def test_the_chart_has_one_bar_per_finished_request_with_tooltips_and_causes() -
     assert "&lt;span" not in html
 
 
+def test_a_bars_tooltip_names_the_cache_miss_class_and_the_tokens_lost() -> None:
+    requests = [
+        make_request(1, expected_cached_tokens=1000, cache_miss=""),
+        make_request(2, expected_cached_tokens=1000, cached_tokens=0, cache_miss="server", cache_miss_tokens=1000),
+        make_request(3, expected_cached_tokens=900, cache_miss="template", cache_miss_tokens=80, cache_miss_message=4),
+        make_request(4),
+    ]
+    html = chart_of(requests)
+    assert html.count("expected cached: ") == 3, "no check, no line: the server offers no tokenizer"
+    assert "cache miss: none" in html
+    assert "cache miss: server, 1000 tokens lost" in html
+    assert "cache miss: template, 80 tokens lost from message 4" in html
+    assert 'data-miss="server"' in html and 'data-miss="template"' in html
+    assert ">unexpected</span>" not in html, "a template or server miss is no prefix break"
+
+
 def test_a_bar_is_its_prompt_as_a_share_of_the_window() -> None:
     half = str(bar_html(bars_of([make_request(7, prompt_tokens=1200, cached_tokens=300)])[0], window=2400, auto_at=0.8))
     rects = {attrs[0][1]: dict(attrs) for tag, attrs in parsed(half) if tag == "rect" and attrs[0][0] == "class"}
