@@ -66,7 +66,7 @@ def endpoint_window(endpoint: ModelEndpoint, *, refresh: bool = False, timeout: 
         try:
             props = server_api.props(url, api_key=endpoint.api_key or None, timeout=timeout)
         except server_api.ServerAPIError as error:
-            logger.info("endpoint %s: cannot read the context window: %s", endpoint.name, error)
+            logger.debug("endpoint %s: cannot read the context window: %s", endpoint.name, error)
         else:
             endpoint_window_record(endpoint=endpoint, url=url, tokens=props.context_window if props else None)
     return window_of(endpoint)
@@ -110,6 +110,7 @@ class RequestCounter:
         endpoint = session.endpoint
         self.base_url = endpoint.base_url
         self.api_key = endpoint.api_key or None
+        self.asks_server = True
         self.window = window
         self.auto_at = prompts.rules_config().compaction_auto_at
         self.answer_room = min(
@@ -136,11 +137,15 @@ class RequestCounter:
 
     def count(self, built: BuiltRequest) -> CountedSize:
         """``built``'s size in tokens: the server's count where it offers one, else the estimate."""
-        try:
-            tokens = server_api.prompt_tokens(self.base_url, built.messages, tools=built.tools, api_key=self.api_key)
-        except server_api.ServerAPIError as error:
-            logger.info("cannot count a request with the server's tokenizer: %s", error)
-            tokens = None
+        tokens = None
+        if self.asks_server:
+            try:
+                tokens = server_api.prompt_tokens(
+                    self.base_url, built.messages, tools=built.tools, api_key=self.api_key
+                )
+            except server_api.ServerAPIError as error:
+                logger.debug("cannot count a request with the server's tokenizer: %s", error)
+                self.asks_server = False
         if tokens is not None:
             return CountedSize(len(tokens), "tokenizer")
         return CountedSize(self.estimate(built.body), "estimate")
