@@ -14,6 +14,8 @@ from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Timeouts
 from chat.testing.scripted_server import ScriptedServer, Step
 from chat.tools import tool_list
+from chat.web.display import CompactionView
+from chat.web.fragments import compaction_put
 from sessions_app.models import (
     BreakCause,
     ChatSession,
@@ -141,6 +143,13 @@ def test_a_step_that_would_not_fit_compacts_the_reply_which_goes_on_from_the_sum
     assert [m["role"] for m in last] == ["system", "user", "assistant", "user"]
     assert last[2]["content"] == turn.reply_text
     _all_fit(_requests(session))
+    shown = compaction_put(CompactionView(generation)).html
+    assert f"Compacted while turn {turn.number} ran: the turns before it and its first 1 step are summarized" in shown
+
+    run(_loop(session).undo())
+    run(_loop(session).undo())
+    assert Generation.objects.get(session=session, number=2).taken_back, "taking the turn back takes its compaction"
+    assert ChatSession.objects.get(pk=session.pk).generation_number == 1
 
 
 def test_a_request_that_cannot_fit_fails_before_it_is_sent_and_loses_nothing(
