@@ -83,7 +83,7 @@ class CountedSize:
     """A request's size in tokens, and how it was found."""
 
     tokens: int
-    how: Literal["tokenizer", "estimate"]
+    how: Literal["tokenizer", "estimate", "guess"]  # guess: estimated before any request of the session had usage
 
 
 class RequestTooLarge(Exception):
@@ -148,17 +148,16 @@ class RequestCounter:
                 self.asks_server = False
         if tokens is not None:
             return CountedSize(len(tokens), "tokenizer")
-        return CountedSize(self.estimate(built.body), "estimate")
+        return CountedSize(self.estimate(built.body), "estimate" if self.tokens_seen else "guess")
 
     def estimate(self, body: bytes) -> int:
-        """The last request's tokens for the bytes ``body`` shares with it, the rest at the measured ratio."""
-        ratio = self.bytes_per_token
         last = self.last
-        if last is None or not last.body:
-            return math.ceil(len(body) / ratio)
-        shared = shared_prefix_bytes(last.body, body)
-        kept = last.tokens * shared // len(last.body)
-        return kept + math.ceil((len(body) - shared) / ratio)
+        return estimate_tokens(
+            body,
+            last_body=last.body if last else b"",
+            last_tokens=last.tokens if last else 0,
+            bytes_per_token=self.bytes_per_token,
+        )
 
     def learned(self, body: bytes, prompt_tokens: int | None) -> None:
         """What the server reported for a request just sent."""
@@ -177,3 +176,12 @@ class RequestCounter:
 
     def too_large(self, size: CountedSize) -> RequestTooLarge:
         return RequestTooLarge(size.tokens, self.window.tokens)
+
+
+def estimate_tokens(body: bytes, *, last_body: bytes, last_tokens: int, bytes_per_token: float) -> int:
+    """The last request's tokens for the bytes ``body`` shares with it, the rest at ``bytes_per_token``."""
+    if not last_body:
+        return math.ceil(len(body) / bytes_per_token)
+    shared = shared_prefix_bytes(last_body, body)
+    kept = last_tokens * shared // len(last_body)
+    return kept + math.ceil((len(body) - shared) / bytes_per_token)

@@ -71,12 +71,14 @@ def test_without_a_tokenizer_the_size_is_estimated_from_the_last_usage(chat_sess
         counter = RequestCounter(session, window=endpoint_window(session.endpoint))
         first = build_request(session, current=None, model_name="scripted", extra_user="hello")
         before = counter.count(first)
-        assert before.how == "estimate"
+        assert before.how == "guess"
         assert before.tokens == -(-len(first.body) // 3), "the default ratio before any usage"
         actual = len(tokenize(render_prompt(json.loads(first.body))))
         counter.learned(first.body, actual)
         longer = build_request(session, current=None, model_name="scripted", extra_user="hello " + "word " * 300)
-        estimate = counter.count(longer).tokens
+        counted = counter.count(longer)
+        assert counted.how == "estimate"
+        estimate = counted.tokens
     real = len(tokenize(render_prompt(json.loads(longer.body))))
     assert abs(estimate - real) / real < 0.15, (estimate, real)
 
