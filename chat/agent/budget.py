@@ -5,7 +5,8 @@ after its URL changed and then every :data:`WINDOW_KEPT_SECONDS`; where the serv
 endpoint's configured ``context_window``. A request's size is counted with the server's own chat template and
 tokenizer where it offers them (``/apply-template`` then ``/tokenize``), else estimated: the tokens the server
 reported for the last request, scaled by the bytes this one shares with it, plus the new bytes at the session's
-measured bytes per token (``loop.json`` ``bytes_per_token_before_usage`` before any request has usage).
+measured bytes per token (``loop.json`` ``bytes_per_token_before_usage`` before any request has usage). Well below
+the window, a measured estimate stands alone: asking the server costs far more (``bench/count_bench.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ logger = logging.getLogger(__name__)
 WINDOW_KEPT_SECONDS = 600.0
 WINDOW_TIMEOUT = 3.0
 RATIO_REQUESTS = 50
+# Below this share of the window a measured estimate is used as it is: the server's count (0.3 s at 10k tokens,
+# 1.5 s at 93k on llama.cpp, bench/count_bench.py) only decides near the threshold, where the estimate's error
+# (within 1-5 % a step later, measured) could change what is done.
+EXACT_FROM = 0.7
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,11 @@ class RequestCounter:
         return self.bytes_seen / self.tokens_seen if self.tokens_seen else self.default_ratio
 
     def count(self, built: BuiltRequest) -> CountedSize:
-        """``built``'s size in tokens: the server's count where it offers one, else the estimate."""
+        """``built``'s size in tokens: the server's count where it offers one, else the estimate; an estimate
+        from measured usage that is well below the window (:data:`EXACT_FROM`) is not checked with the server."""
+        estimate = self.estimate(built.body)
+        if self.tokens_seen and estimate < EXACT_FROM * self.window.tokens:
+            return CountedSize(estimate, "estimate")
         tokens = None
         if self.asks_server:
             try:
@@ -148,7 +157,7 @@ class RequestCounter:
                 self.asks_server = False
         if tokens is not None:
             return CountedSize(len(tokens), "tokenizer")
-        return CountedSize(self.estimate(built.body), "estimate" if self.tokens_seen else "guess")
+        return CountedSize(estimate, "estimate" if self.tokens_seen else "guess")
 
     def estimate(self, body: bytes) -> int:
         last = self.last
