@@ -5,7 +5,8 @@ after its URL changed and then every :data:`WINDOW_KEPT_SECONDS`; where the serv
 endpoint's configured ``context_window``. A request's size is counted with the server's own chat template and
 tokenizer where it offers them (``/apply-template`` then ``/tokenize``), else estimated: the tokens the server
 reported for the last request, scaled by the bytes this one shares with it, plus the new bytes at the session's
-measured bytes per token (``loop.json`` ``bytes_per_token_before_usage`` before any request has usage).
+measured bytes per token (``loop.json`` ``bytes_per_token_before_usage`` before any request has usage). Well below
+the window, a measured estimate stands alone: asking the server costs far more (``bench/count_bench.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ logger = logging.getLogger(__name__)
 WINDOW_KEPT_SECONDS = 600.0
 WINDOW_TIMEOUT = 3.0
 RATIO_REQUESTS = 50
+# Below this share of the window a measured estimate is used as it is: the server's count (0.3 s at 10k tokens,
+# 1.5 s at 93k on llama.cpp, bench/count_bench.py) only decides near the threshold, where the estimate's error
+# (within 1-5 % a step later, measured) could change what is done.
+EXACT_FROM = 0.7
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ def endpoint_window(endpoint: ModelEndpoint, *, refresh: bool = False, timeout: 
         try:
             props = server_api.props(url, api_key=endpoint.api_key or None, timeout=timeout)
         except server_api.ServerAPIError as error:
-            logger.info("endpoint %s: cannot read the context window: %s", endpoint.name, error)
+            logger.debug("endpoint %s: cannot read the context window: %s", endpoint.name, error)
         else:
             endpoint_window_record(endpoint=endpoint, url=url, tokens=props.context_window if props else None)
     return window_of(endpoint)
@@ -83,7 +88,7 @@ class CountedSize:
     """A request's size in tokens, and how it was found."""
 
     tokens: int
-    how: Literal["tokenizer", "estimate"]
+    how: Literal["tokenizer", "estimate", "guess"]  # guess: estimated before any request of the session had usage
 
 
 class RequestTooLarge(Exception):
@@ -110,6 +115,7 @@ class RequestCounter:
         endpoint = session.endpoint
         self.base_url = endpoint.base_url
         self.api_key = endpoint.api_key or None
+        self.asks_server = True
         self.window = window
         self.auto_at = prompts.rules_config().compaction_auto_at
         self.answer_room = min(
@@ -135,25 +141,32 @@ class RequestCounter:
         return self.bytes_seen / self.tokens_seen if self.tokens_seen else self.default_ratio
 
     def count(self, built: BuiltRequest) -> CountedSize:
-        """``built``'s size in tokens: the server's count where it offers one, else the estimate."""
-        try:
-            tokens = server_api.prompt_tokens(self.base_url, built.messages, tools=built.tools, api_key=self.api_key)
-        except server_api.ServerAPIError as error:
-            logger.info("cannot count a request with the server's tokenizer: %s", error)
-            tokens = None
+        """``built``'s size in tokens: the server's count where it offers one, else the estimate; an estimate
+        from measured usage that is well below the window (:data:`EXACT_FROM`) is not checked with the server."""
+        estimate = self.estimate(built.body)
+        if self.tokens_seen and estimate < EXACT_FROM * self.window.tokens:
+            return CountedSize(estimate, "estimate")
+        tokens = None
+        if self.asks_server:
+            try:
+                tokens = server_api.prompt_tokens(
+                    self.base_url, built.messages, tools=built.tools, api_key=self.api_key
+                )
+            except server_api.ServerAPIError as error:
+                logger.debug("cannot count a request with the server's tokenizer: %s", error)
+                self.asks_server = False
         if tokens is not None:
             return CountedSize(len(tokens), "tokenizer")
-        return CountedSize(self.estimate(built.body), "estimate")
+        return CountedSize(estimate, "estimate" if self.tokens_seen else "guess")
 
     def estimate(self, body: bytes) -> int:
-        """The last request's tokens for the bytes ``body`` shares with it, the rest at the measured ratio."""
-        ratio = self.bytes_per_token
         last = self.last
-        if last is None or not last.body:
-            return math.ceil(len(body) / ratio)
-        shared = shared_prefix_bytes(last.body, body)
-        kept = last.tokens * shared // len(last.body)
-        return kept + math.ceil((len(body) - shared) / ratio)
+        return estimate_tokens(
+            body,
+            last_body=last.body if last else b"",
+            last_tokens=last.tokens if last else 0,
+            bytes_per_token=self.bytes_per_token,
+        )
 
     def learned(self, body: bytes, prompt_tokens: int | None) -> None:
         """What the server reported for a request just sent."""
@@ -172,3 +185,12 @@ class RequestCounter:
 
     def too_large(self, size: CountedSize) -> RequestTooLarge:
         return RequestTooLarge(size.tokens, self.window.tokens)
+
+
+def estimate_tokens(body: bytes, *, last_body: bytes, last_tokens: int, bytes_per_token: float) -> int:
+    """The last request's tokens for the bytes ``body`` shares with it, the rest at ``bytes_per_token``."""
+    if not last_body:
+        return math.ceil(len(body) / bytes_per_token)
+    shared = shared_prefix_bytes(last_body, body)
+    kept = last_tokens * shared // len(last_body)
+    return kept + math.ceil((len(body) - shared) / bytes_per_token)

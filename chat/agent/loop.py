@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from django.conf import settings
 from django.utils import timezone
 
+from chat.agent.budget import RequestCounter, RequestTooLarge, endpoint_window, window_learned
 from chat.agent.cache_check import check_request
 from chat.agent.events import (
     BranchFlipped,
@@ -45,6 +46,7 @@ from chat.agent.model_client import (
     Idle,
     Model,
     ModelCancelled,
+    ModelContextExceeded,
     ModelError,
     ReasoningPiece,
     TextPiece,
@@ -67,12 +69,19 @@ from sessions_app.selectors.requests import (
     pending_breaks,
     previous_request,
 )
-from sessions_app.selectors.sessions import last_live_turn
+from sessions_app.selectors.sessions import current_generation, history_turns
 from sessions_app.services.compaction import compaction_apply
 from sessions_app.services.locks import reply_lock
 from sessions_app.services.requests import request_record_cache_check, request_record_finish, request_record_start
 from sessions_app.services.results import prior_result, reply_table, result_insert
-from sessions_app.services.turns import step_draft_save, step_record, turn_fail, turn_finish, turn_start
+from sessions_app.services.turns import (
+    message_preview,
+    step_draft_save,
+    step_record,
+    turn_fail,
+    turn_finish,
+    turn_start,
+)
 from sessions_app.services.undo import (
     TakenBack,
     branch_flip,
@@ -141,6 +150,7 @@ class ReplyLoop:
         self._previous: PreviousRequest | None = None
         self._builder: RequestBuilder | None = None
         self._open: Turn | None = None
+        self._counter: RequestCounter | None = None
 
     # --- holding the session ------------------------------------------------------------------------
 
@@ -154,6 +164,7 @@ class ReplyLoop:
                 self._previous = None
                 self._builder = None
                 self._open = None
+                self._counter = None
 
     def _refresh(self) -> ChatSession:
         self.session = ChatSession.objects.select_related("workspace", "endpoint").get(pk=self.session.pk)
@@ -166,6 +177,13 @@ class ReplyLoop:
         endpoint = self.session.endpoint
         return HttpModel(base_url=endpoint.base_url, api_key=endpoint.api_key or None, timeouts=self.timeouts)
 
+    @property
+    def counter(self) -> RequestCounter:
+        """Counts this action's requests against the endpoint's window (asked of the server when it is old)."""
+        if self._counter is None:
+            self._counter = RequestCounter(self.session, window=endpoint_window(self.session.endpoint))
+        return self._counter
+
     def next_request(self) -> BuiltRequest:
         """The request the next step would send: of the open reply, or else the next turn's history."""
         if self._builder is not None:
@@ -177,11 +195,12 @@ class ReplyLoop:
     def send(self, words: str, *, date: str | None = None) -> Iterator[ReplyEvent]:
         """Store the person's message as a new turn, then run the reply to it."""
         with self._locked():
-            yield from self._auto_compact()
+            day = date or self.date or today()
+            yield from self._auto_compact(words, day)
             turn = turn_start(
                 session=self.session,
                 words=words,
-                today=date or self.date or today(),
+                today=day,
                 instructions=read_instructions(self.session),
                 config=self.config,
             )
@@ -250,27 +269,87 @@ class ReplyLoop:
             compactions=tuple(taken.compactions_taken_back),
         )
 
-    def _compact(self) -> Iterator[ReplyEvent]:
-        built = build_request(
-            self.session, current=None, model_name=self.session.model_name, extra_user=prompts.compact_task()
-        )
-        completion = yield from self._ask(built, turn=None, step_number=0, kind=RequestKind.COMPACTION)
+    def _compact(
+        self,
+        built: BuiltRequest | None = None,
+        *,
+        within: Turn | None = None,
+        after_step: int | None = None,
+        step_number: int = 0,
+    ) -> Iterator[ReplyEvent]:
+        """Ask for the summary with ``built`` (by default the next turn's history and the task), then start the
+        new generation; ``within`` and ``after_step`` say how much of a running reply it covers."""
+        if built is None:
+            built = build_request(
+                self.session, current=None, model_name=self.session.model_name, extra_user=prompts.compact_task()
+            )
+        completion = yield from self._ask(built, turn=within, step_number=step_number, kind=RequestKind.COMPACTION)
         if not completion.text.strip():
             raise EmptySummary()
-        generation = compaction_apply(session=self.session, summary=completion.text, config=self.config)
+        generation = compaction_apply(
+            session=self.session, summary=completion.text, config=self.config, within=within, after_step=after_step
+        )
         self._refresh()
         yield Compacted(generation)
 
-    def _auto_compact(self) -> Iterator[ReplyEvent]:
-        last = ModelRequest.objects.filter(session=self.session, prompt_tokens__isnull=False).order_by("-id").first()
-        if last is None or last.kind == RequestKind.COMPACTION or last_live_turn(self.session) is None:
+    def _auto_compact(self, words: str, day: str) -> Iterator[ReplyEvent]:
+        """Compact first where the turn's first request, as counted now, would pass ``compaction.auto_at``."""
+        if not history_turns(self.session).exists():
             return
-        threshold = self.config.compaction_auto_at * self.session.endpoint.window
-        if last.prompt_tokens is not None and last.prompt_tokens > threshold:
-            try:
-                yield from self._compact()
-            except (EmptySummary, ModelError) as error:
-                yield Notice(f"Could not compact before this turn: {error}", level="warning")
+        message = message_preview(
+            session=self.session,
+            words=words,
+            today=day,
+            instructions=read_instructions(self.session),
+            config=self.config,
+        )
+        counter = self.counter
+        first = build_request(self.session, current=None, model_name=self.session.model_name, extra_user=message)
+        if not counter.past_threshold(counter.count(first)):
+            return
+        built = build_request(
+            self.session, current=None, model_name=self.session.model_name, extra_user=prompts.compact_task()
+        )
+        if not counter.fits(counter.count(built)):
+            return  # the turn's first step finds it does not fit either, and says what to do
+        try:
+            yield from self._compact(built)
+        except (EmptySummary, ModelError) as error:
+            yield Notice(f"Could not compact before this turn: {error}", level="warning")
+
+    def _fitting(
+        self, turn: Turn, built: BuiltRequest, step_number: int, table: list[PriorResult]
+    ) -> Generator[ReplyEvent, None, BuiltRequest]:
+        """``built`` where it fits the window; else the reply is compacted, covering as many of its steps as
+        the summary request can carry, and goes on from the summary; where nothing fits, ``RequestTooLarge``."""
+        counter = self.counter
+        size = counter.count(built)
+        if counter.fits(size) or size.how == "guess":
+            return built  # a guess, with nothing measured yet, does not refuse: the server judges
+        generation = current_generation(self.session)
+        resumed = generation.resumes_after_step if generation.covers_through_turn == turn.number else None
+        candidates: list[int] = list(range(step_number - 2, (resumed if resumed is not None else -1), -1))
+        if resumed is None and history_turns(self.session).filter(number__lt=turn.number).exists():
+            candidates.append(-1)
+        for upto in candidates:
+            builder = RequestBuilder(self.session, model_name=self.session.model_name, current=turn, upto_step=upto)
+            summary_request = builder.build(extra_user=prompts.compact_task())
+            if not counter.fits(counter.count(summary_request)):
+                continue
+            after_step = upto if upto >= 0 else None
+            yield from self._compact(summary_request, within=turn, after_step=after_step, step_number=step_number)
+            self._builder = RequestBuilder(self.session, model_name=self.session.model_name, current=turn)
+            if after_step is not None:
+                table[:] = [
+                    prior_result(result)
+                    for result in turn.results.filter(step__number__gt=after_step).order_by("number")
+                ]
+            built = self._builder.build()
+            size = counter.count(built)
+            if counter.fits(size):
+                return built
+            break
+        raise counter.too_large(size)
 
     def _ask(
         self, built: BuiltRequest, *, turn: Turn | None, step_number: int, kind: str
@@ -294,7 +373,8 @@ class ReplyLoop:
         )
         self.requests.append(request)
         yield RequestStarted(request)
-        number = turn.number if turn is not None else 0
+        shown = turn if kind == RequestKind.REPLY else None  # a summary streams too, but is no step of the turn
+        number = shown.number if shown is not None else 0
         streamed = _Streamed(saved_at=time.monotonic())
         started = time.monotonic()
         answer = self.model.stream(built.body, cancel=self.cancel)
@@ -308,18 +388,23 @@ class ReplyLoop:
                     yield ReasoningDelta(number, step_number, piece.text)
                 elif isinstance(piece, ToolCallPiece):
                     yield ToolCalled(number, step_number, piece.name)
-                if turn is not None:
-                    self._save_draft(turn, step_number, streamed, idle=isinstance(piece, Idle))
+                if shown is not None:
+                    self._save_draft(shown, step_number, streamed, idle=isinstance(piece, Idle))
         except GeneratorExit:
             _finish(request, None, started=started, error=STOPPED)
             raise
         except ModelError as error:
             _finish(request, error.partial, started=started, error=str(error))
+            if isinstance(error, ModelContextExceeded) and error.n_ctx:
+                window_learned(session.endpoint, error.n_ctx)
+                self._counter = None
             yield RequestFinished(request)
             raise
         completion = answer.completion
         assert completion is not None, "a stream that ends without an error has its completion"
         _finish(request, completion, started=started)
+        if self._counter is not None:
+            self._counter.learned(built.body, completion.prompt_tokens)
         self._check_cache(request, built, previous_body)
         yield RequestFinished(request)
         return completion
@@ -369,6 +454,8 @@ class ReplyLoop:
         yield TurnStarted(turn, again=again)
         try:
             turn = yield from self._steps(turn)
+        except RequestTooLarge as error:
+            turn = turn_fail(turn=turn, error=str(error))
         except ModelCancelled as error:
             turn = turn_fail(turn=turn, error=STOPPED, unstored=_partial_text(error), interrupted=True)
         except ModelError as error:
@@ -396,7 +483,10 @@ class ReplyLoop:
         for step_number in range(1, self.max_steps + 1):
             built = builder.build()
             if settings.CACHET_CHECK_REQUESTS:
-                _check_built(session, turn, built)
+                _check_built(self.session, turn, built)
+            built = yield from self._fitting(turn, built, step_number, table)
+            builder = self._builder
+            assert builder is not None
             completion = yield from self._ask(built, turn=turn, step_number=step_number, kind=RequestKind.REPLY)
             calls = [
                 StoredCall(id=_call_id(call, turn, step_number, position), name=call.name, arguments=call.arguments)

@@ -265,6 +265,9 @@ class _CaseAnswer:
         )
 
 
+CASE_WINDOW = 2_000_000_000  # the runner's model has no context window to pass
+
+
 class CaseModel:
     """The case plays the model: each answer is given before the loop asks for it."""
 
@@ -451,7 +454,12 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
             try:
                 workspace = _case_workspace(root, commands=bool(case.get("commands", False)))
                 endpoint, _ = ModelEndpoint.objects.get_or_create(
-                    name="conformance", defaults={"base_url": "http://127.0.0.1:9/v1", "model": "conformance"}
+                    name="conformance",
+                    defaults={
+                        "base_url": "http://127.0.0.1:9/v1",
+                        "model": "conformance",
+                        "context_window": CASE_WINDOW,
+                    },
                 )
                 session = session_start(
                     owner=_user(),

@@ -79,7 +79,10 @@ class RequestBuilder:
     ``build()`` gives the same bytes as a builder made afresh from the store at that moment.
     """
 
-    def __init__(self, session: ChatSession, *, model_name: str, current: Turn | None) -> None:
+    def __init__(
+        self, session: ChatSession, *, model_name: str, current: Turn | None, upto_step: int | None = None
+    ) -> None:
+        """``upto_step``: the current turn's steps up to that one only (0: its message alone; -1: not even that)."""
         generation = current_generation(session)
         self.generation: Generation = generation
         self.tools: list[dict[str, Any]] = json.loads(generation.tools_json)
@@ -105,11 +108,16 @@ class RequestBuilder:
             self.turn_user_index[turn.number] = len(self.messages)
             self._add({"role": "user", "content": turn.message})
             self._add(earlier_reply(turn, reasoning.get(turn.pk, "")))
-        if current is not None:
+        if current is not None and (upto_step is None or upto_step >= 0):
             self.turn_user_index[current.number] = len(self.messages)
             self._add({"role": "user", "content": current.message})
-            results = list(current.results.order_by("number"))
-            for step in current.steps.order_by("number"):
+            steps = current.steps.order_by("number")
+            if generation.resumes_after_step is not None and generation.covers_through_turn == current.number:
+                steps = steps.filter(number__gt=generation.resumes_after_step)
+            if upto_step is not None:
+                steps = steps.filter(number__lte=upto_step)
+            results = list(current.results.filter(step__in=steps).order_by("number"))
+            for step in steps:
                 self.add_step(step, [result for result in results if result.step_id == step.pk])
 
     def _add(self, message: dict[str, Any]) -> None:

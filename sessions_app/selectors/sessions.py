@@ -68,7 +68,10 @@ def history_turns(session: ChatSession, *, generation: Generation | None = None)
     generation = generation or current_generation(session)
     turns = Turn.objects.filter(session=session).exclude(status=TurnStatus.TAKEN_BACK)
     if generation.covers_through_turn is not None:
-        turns = turns.filter(number__gt=generation.covers_through_turn)
+        if generation.resumes_after_step is not None:  # a reply compacted while it ran goes on in this generation
+            turns = turns.filter(number__gte=generation.covers_through_turn)
+        else:
+            turns = turns.filter(number__gt=generation.covers_through_turn)
     return turns.order_by("number")
 
 

@@ -15,10 +15,19 @@ from sessions_app.services.sessions import generation_create
 from sessions_app.text import storable
 
 
-def covered_reads(session: ChatSession, *, generation: Generation) -> list[TableRead]:
-    """Full reads of the live turns since the previous compaction, oldest first."""
+def covered_reads(
+    session: ChatSession, *, generation: Generation, within: Turn | None = None, after_step: int = -1
+) -> list[TableRead]:
+    """Full reads of the live turns since the previous compaction, oldest first; of a reply compacted while it
+    runs (``within``), those of its steps up to ``after_step`` only."""
     turns = history_turns(session, generation=generation)
     results = Result.objects.filter(turn__in=turns, kind=ResultKind.READ).order_by("number")
+    if generation.resumes_after_step is not None and generation.covers_through_turn is not None:
+        results = results.exclude(
+            turn__number=generation.covers_through_turn, step__number__lte=generation.resumes_after_step
+        )
+    if within is not None:
+        results = results.exclude(turn=within, step__number__gt=after_step)
     return [
         TableRead(
             number=result.number,
@@ -34,20 +43,41 @@ def covered_reads(session: ChatSession, *, generation: Generation) -> list[Table
 
 
 @transaction.atomic
-def compaction_apply(*, session: ChatSession, summary: str, config: ContextConfig | None = None) -> Generation:
-    """Start the next generation from ``summary``; an empty summary changes nothing."""
+def compaction_apply(
+    *,
+    session: ChatSession,
+    summary: str,
+    config: ContextConfig | None = None,
+    within: Turn | None = None,
+    after_step: int | None = None,
+) -> Generation:
+    """Start the next generation from ``summary``; an empty summary changes nothing.
+
+    ``within``: the open turn whose reply is compacted while it runs. With ``after_step`` (0 or more) the summary
+    covers its steps up to that one, and the reply goes on in the new generation with its message and its later
+    steps; without, the summary covers the turns before it, and the whole turn goes on.
+    """
     summary = storable(summary)
     session = ChatSession.objects.select_for_update(no_key=True).get(pk=session.pk)
-    if Turn.objects.filter(session=session, status=TurnStatus.OPEN).exists():
+    others_open = Turn.objects.filter(session=session, status=TurnStatus.OPEN)
+    if within is not None:
+        others_open = others_open.exclude(pk=within.pk)
+    if others_open.exists():
         raise ReplyInProgress()
     if not summary.strip():
         raise EmptySummary()
     current = Generation.objects.get(session=session, number=session.generation_number)
-    last = history_turns(session, generation=current).order_by("-number").first()
+    covered = history_turns(session, generation=current)
+    if within is not None and after_step is None:
+        covered = covered.exclude(pk=within.pk)
+    last = covered.order_by("-number").first()
     if last is None:
         raise NothingToCompact()
     config = config or prompts.rules_config()
-    table = compaction_table(covered_reads(session, generation=current), config=config)
+    reads = covered_reads(
+        session, generation=current, within=within, after_step=-1 if after_step is None else after_step
+    )
+    table = compaction_table(reads, config=config)
     number = Generation.objects.filter(session=session).count() + 1
     generation = generation_create(
         session=session,
@@ -58,6 +88,7 @@ def compaction_apply(*, session: ChatSession, summary: str, config: ContextConfi
         summary=summary.strip(),
         table=table,
         covers_through_turn=last.number,
+        resumes_after_step=after_step if within is not None else None,
         config=config,
     )
     session.generation_number = number

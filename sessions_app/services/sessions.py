@@ -29,6 +29,7 @@ def generation_create(
     summary: str = "",
     table: str = "",
     covers_through_turn: int | None = None,
+    resumes_after_step: int | None = None,
     config: ContextConfig | None = None,
 ) -> Generation:
     """A generation with its system prompt built now, as at a session's start, then frozen."""
@@ -48,6 +49,7 @@ def generation_create(
         summary=summary,
         table=table,
         covers_through_turn=covers_through_turn,
+        resumes_after_step=resumes_after_step,
     )
 
 
@@ -114,6 +116,7 @@ def session_change_model(*, session: ChatSession, endpoint: ModelEndpoint, model
         summary=current.summary,
         table=current.table,
         covers_through_turn=current.covers_through_turn,
+        resumes_after_step=current.resumes_after_step,
     )
     session.endpoint = endpoint
     session.model_name = model_name

@@ -58,6 +58,37 @@ def _branch_end(session: ChatSession) -> tuple[Turn | None, int]:
     return last, (last.position + 1 if last is not None else 1)
 
 
+def _composed(
+    session: ChatSession,
+    generation: Generation,
+    words: str,
+    *,
+    today: str,
+    instructions: str | None,
+    config: ContextConfig | None,
+) -> ComposedMessage:
+    return compose_message(
+        words,
+        today=today,
+        workspace=session.workspace.name,
+        model=generation.model_name,
+        mode=session.mode,
+        mode_text=prompts.mode_text(session.mode),
+        instructions=storable_or_none(instructions),
+        stated=stated_context(session, generation=generation),
+        config=config or prompts.rules_config(),
+    )
+
+
+def message_preview(
+    *, session: ChatSession, words: str, today: str, instructions: str | None, config: ContextConfig | None = None
+) -> str:
+    """The message :func:`turn_start` would store for ``words`` now, note included; nothing is stored."""
+    generation = Generation.objects.get(session=session, number=session.generation_number)
+    composed = _composed(session, generation, storable(words), today=today, instructions=instructions, config=config)
+    return storable(composed.text)
+
+
 @transaction.atomic
 def turn_start(
     *,
@@ -71,20 +102,8 @@ def turn_start(
     One open turn per session."""
     session = _locked(session)
     words = storable(words)
-    instructions = storable_or_none(instructions)
     generation = Generation.objects.get(session=session, number=session.generation_number)
-    stated = stated_context(session, generation=generation)
-    composed = compose_message(
-        words,
-        today=today,
-        workspace=session.workspace.name,
-        model=generation.model_name,
-        mode=session.mode,
-        mode_text=prompts.mode_text(session.mode),
-        instructions=instructions,
-        stated=stated,
-        config=config or prompts.rules_config(),
-    )
+    composed = _composed(session, generation, words, today=today, instructions=instructions, config=config)
     if not session.title:
         session.title = " ".join(words.split())[:80]
     number = _next_turn_number(session)

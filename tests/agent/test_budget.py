@@ -71,12 +71,14 @@ def test_without_a_tokenizer_the_size_is_estimated_from_the_last_usage(chat_sess
         counter = RequestCounter(session, window=endpoint_window(session.endpoint))
         first = build_request(session, current=None, model_name="scripted", extra_user="hello")
         before = counter.count(first)
-        assert before.how == "estimate"
+        assert before.how == "guess"
         assert before.tokens == -(-len(first.body) // 3), "the default ratio before any usage"
         actual = len(tokenize(render_prompt(json.loads(first.body))))
         counter.learned(first.body, actual)
         longer = build_request(session, current=None, model_name="scripted", extra_user="hello " + "word " * 300)
-        estimate = counter.count(longer).tokens
+        counted = counter.count(longer)
+        assert counted.how == "estimate"
+        estimate = counted.tokens
     real = len(tokenize(render_prompt(json.loads(longer.body))))
     assert abs(estimate - real) / real < 0.15, (estimate, real)
 
@@ -99,3 +101,16 @@ def test_room_for_the_answer_and_the_message_when_nothing_fits(chat_session: Cha
             "Compact now, start a new session, or use a model with a larger window."
         )
     )
+
+
+def test_well_below_the_window_a_measured_estimate_is_not_checked_with_the_server(chat_session: ChatSession) -> None:
+    with ScriptedServer(n_ctx=4000) as small:
+        ModelEndpoint.objects.filter(pk=chat_session.endpoint_id).update(base_url=small.base_url)
+        session = ChatSession.objects.select_related("endpoint").get(pk=chat_session.pk)
+        counter = RequestCounter(session, window=endpoint_window(session.endpoint))
+        first = build_request(session, current=None, model_name="scripted", extra_user="hello")
+        assert counter.count(first).how == "tokenizer", "nothing measured yet"
+        counter.learned(first.body, len(tokenize(render_prompt(json.loads(first.body)))))
+        assert counter.count(first).how == "estimate", "well below 70 % of the window"
+        near = build_request(session, current=None, model_name="scripted", extra_user="word, " * 200)
+        assert counter.count(near).how == "tokenizer", "near the threshold the server's count decides"

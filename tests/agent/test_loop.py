@@ -333,19 +333,6 @@ def test_empty_summary_changes_nothing(scripted: ScriptedServer, scripted_sessio
     assert not Result.objects.filter(session=scripted_session).exists()
 
 
-def test_automatic_compaction_before_a_turn(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
-    endpoint = scripted_session.endpoint
-    endpoint.context_window = 100
-    endpoint.save()
-    scripted.push(Step(text="long answer " * 20), Step(text="Summary."), Step(text="fresh"))
-    loop = _loop(scripted_session)
-    run(loop.send("hello " * 50))
-    run(loop.send("next"))
-    kinds = list(ModelRequest.objects.filter(session=scripted_session).order_by("id").values_list("kind", flat=True))
-    assert kinds == [RequestKind.REPLY, RequestKind.COMPACTION, RequestKind.REPLY]
-    assert ChatSession.objects.get(pk=scripted_session.pk).generation_number == 2
-
-
 @pytest.mark.parametrize(
     ("fault", "message"),
     [
