@@ -62,6 +62,14 @@ class RequestFinished:
 
 
 @dataclass(frozen=True)
+class CacheChecked:
+    """A finished request's cache check is stored: what it should have found cached and, where the server
+    reused less, why (it runs beside the reply, so it comes after the request's other events)."""
+
+    request: ModelRequest
+
+
+@dataclass(frozen=True)
 class StepStored:
     """A step of the reply is stored as the model sent it; its calls are about to run."""
 
@@ -157,6 +165,7 @@ ReplyEvent = (
     | ReasoningDelta
     | ToolCalled
     | RequestFinished
+    | CacheChecked
     | StepStored
     | ResultStored
     | TurnEnded

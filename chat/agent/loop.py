@@ -8,6 +8,10 @@ saved as it comes.
 
 Iterate an action to its end (or ``close()`` it) in the thread that started it: the lock belongs to that
 thread's database connection.
+
+A finished request's cache check asks the server to render and tokenize the prompt (up to a second or more on
+a long one), so it runs on a worker thread beside the reply; its result is stored by the loop's own thread
+when the next request starts and, at the latest, when the action ends.
 """
 
 from __future__ import annotations
@@ -17,15 +21,17 @@ import logging
 import threading
 import time
 from collections.abc import Generator, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.utils import timezone
 
 from chat.agent.budget import RequestCounter, RequestTooLarge, endpoint_window, window_learned
-from chat.agent.cache_check import check_request
+from chat.agent.cache_check import CacheCheck, check_request
 from chat.agent.events import (
     BranchFlipped,
+    CacheChecked,
     Compacted,
     Notice,
     ReasoningDelta,
@@ -96,6 +102,20 @@ logger = logging.getLogger(__name__)
 
 DRAFT_SECONDS = 1.0
 STOPPED = "Stopped."
+CHECK_WORKERS = 4
+CHECK_WAIT_SECONDS = 30.0
+
+_checker: ThreadPoolExecutor | None = None
+_checker_lock = threading.Lock()
+
+
+def _cache_checker() -> ThreadPoolExecutor:
+    """The threads that run cache checks, started on first use."""
+    global _checker
+    with _checker_lock:
+        if _checker is None:
+            _checker = ThreadPoolExecutor(max_workers=CHECK_WORKERS, thread_name_prefix="cachet-cache-check")
+        return _checker
 
 
 def today() -> str:
@@ -113,6 +133,12 @@ def timeouts() -> Timeouts:
 
 def _call_id(call: ToolCall, turn: Turn, step_number: int, position: int) -> str:
     return call.id or f"call_{turn.number}_{step_number}_{position}"
+
+
+@dataclass(frozen=True)
+class _PendingCheck:
+    request: ModelRequest
+    check: Future[CacheCheck | None]
 
 
 @dataclass
@@ -151,6 +177,7 @@ class ReplyLoop:
         self._builder: RequestBuilder | None = None
         self._open: Turn | None = None
         self._counter: RequestCounter | None = None
+        self._checks: list[_PendingCheck] = []
 
     # --- holding the session ------------------------------------------------------------------------
 
@@ -161,6 +188,8 @@ class ReplyLoop:
             try:
                 yield
             finally:
+                for _checked in self._checks_stored(wait=True):
+                    pass
                 self._previous = None
                 self._builder = None
                 self._open = None
@@ -256,6 +285,7 @@ class ReplyLoop:
         """Ask the model for a summary as the next step of the conversation and start a new generation."""
         with self._locked():
             yield from self._compact()
+            yield from self._checks_stored(wait=True)
 
     # --- inside the lock ----------------------------------------------------------------------------------
 
@@ -355,6 +385,7 @@ class ReplyLoop:
         self, built: BuiltRequest, *, turn: Turn | None, step_number: int, kind: str
     ) -> Generator[ReplyEvent, None, Completion]:
         """Record and send one request; yields its events and returns the model's answer."""
+        yield from self._checks_stored(wait=False)
         session = self.session
         if self._previous is None:
             self._previous = previous_request(session)
@@ -410,14 +441,16 @@ class ReplyLoop:
         return completion
 
     def _check_cache(self, request: ModelRequest, built: BuiltRequest, previous_body: bytes) -> None:
-        """After the answer: what the request should have found cached, and why the server reused less."""
+        """After the answer, beside the reply: what the request should have found cached, and why the server
+        reused less."""
         if self._given_model is not None or request.break_cause in (BreakCause.FIRST, BreakCause.MODEL_CHANGE):
             return
         endpoint = self.session.endpoint
         promised = sum(
             1 for index in range(len(built.messages)) if built.message_end(index) <= request.expected_shared_bytes
         )
-        check = check_request(
+        check = _cache_checker().submit(
+            check_request,
             base_url=endpoint.base_url,
             api_key=endpoint.api_key or None,
             previous_body=previous_body,
@@ -427,16 +460,35 @@ class ReplyLoop:
             harness_break=request.break_cause == BreakCause.UNEXPECTED,
             reported_cached=request.cached_tokens,
         )
-        if check is not None:
-            request_record_cache_check(
-                request=request,
-                expected_cached_tokens=check.expected_cached,
-                miss=check.miss,
-                tokens_lost=check.tokens_lost,
-                message=check.message,
-                before=check.before,
-                after=check.after,
-            )
+        self._checks.append(_PendingCheck(request, check))
+
+    def _checks_stored(self, *, wait: bool) -> Iterator[CacheChecked]:
+        """Store the cache checks that are done (with ``wait``, all of them); a check that fails is logged and
+        fails nothing else."""
+        pending: list[_PendingCheck] = []
+        for item in self._checks:
+            if not wait and not item.check.done():
+                pending.append(item)
+                continue
+            request = item.request
+            try:
+                check = item.check.result(timeout=CHECK_WAIT_SECONDS)
+                if check is None:
+                    continue
+                request_record_cache_check(
+                    request=request,
+                    expected_cached_tokens=check.expected_cached,
+                    miss=check.miss,
+                    tokens_lost=check.tokens_lost,
+                    message=check.message,
+                    before=check.before,
+                    after=check.after,
+                )
+            except Exception:
+                logger.exception("session %s: the cache check of request %s failed", request.session_id, request.pk)
+                continue
+            yield CacheChecked(request)
+        self._checks = pending
 
     def _save_draft(self, turn: Turn, step_number: int, streamed: _Streamed, *, idle: bool) -> None:
         size = len(streamed.text) + len(streamed.reasoning)
@@ -473,6 +525,7 @@ class ReplyLoop:
             self._open = None
             self._builder = None
         yield TurnEnded(turn)
+        yield from self._checks_stored(wait=True)
 
     def _steps(self, turn: Turn) -> Generator[ReplyEvent, None, Turn]:
         session = self.session

@@ -17,7 +17,8 @@ or more with llama.cpp's HTTP 400 (`exceed_context_size_error`, with `n_prompt_t
 what llama.cpp offers beside the OpenAI API: `GET /props` (`default_generation_settings.n_ctx`), `POST
 /apply-template` (the ChatML-like prompt above) and `POST /tokenize` (the crude tokens, each as a stable
 number; no BOS is added, so a prompt's count equals the `prompt_tokens` it is billed). `server_api=False` keeps
-the window but offers none of the three, like a server that says nothing about itself.
+the window but offers none of the three, like a server that says nothing about itself; `server_api_delay`
+makes `/apply-template` and `/tokenize` take that many seconds, as they do on a long prompt.
 
 Faults: `refuse` (read the request, close without answering), `http500` (a llama-server-style
 JSON error; the step's text is its message), `malformed` (a `data: {not json` event mid-stream),
@@ -296,6 +297,11 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._error(400, "Failed to parse the request body as JSON", "invalid_request_error")
             return
+        try:
+            self._wait(self._owner.server_api_delay)
+        except _Closed:
+            self.close_connection = True
+            return
         if path == "/apply-template":
             self._send_json(200, {"prompt": render_prompt(request)})
         else:
@@ -481,9 +487,11 @@ class ScriptedServer:
         listed: Sequence[str] | None = None,
         n_ctx: int | None = None,
         server_api: bool | None = None,
+        server_api_delay: float = 0.0,
     ) -> None:
         self.model = model
         self.n_ctx = n_ctx
+        self.server_api_delay = server_api_delay
         self.server_api = n_ctx is not None if server_api is None else server_api
         self.listed = list(listed) if listed is not None else [model]
         self._host = host

@@ -23,6 +23,7 @@ from channels.layers import BaseChannelLayer
 
 from chat.agent.events import (
     BranchFlipped,
+    CacheChecked,
     Compacted,
     Notice,
     ReasoningDelta,
@@ -259,6 +260,7 @@ class Publisher:
         self.bars = finished.count()
         last = finished.exclude(time_to_first_token=None).order_by("-id").first()
         self.last_ttft = last.time_to_first_token if last is not None else None
+        self.shown_bars: dict[int, chart.Bar] = {}
         self.window = fragments.chart_window(session)
 
     def group(self, ops: list[Op], *, rev: int | None = None) -> None:
@@ -312,7 +314,13 @@ class Publisher:
         bar = chart.Bar(self.bars, request, self.last_ttft)
         if request.time_to_first_token is not None:
             self.last_ttft = request.time_to_first_token
+        self.shown_bars[request.pk] = bar
         self.group([fragments.bar_put(bar, window=self.window)])
+
+    def _cache_checked(self, event: CacheChecked) -> None:
+        bar = self.shown_bars.pop(event.request.pk, None)
+        if bar is not None:
+            self.group([fragments.bar_put(bar, window=self.window)])
 
     def _step_stored(self, event: StepStored) -> None:
         step = event.step
@@ -373,6 +381,7 @@ _HANDLERS: dict[type[Any], Callable[[Publisher, Any], None]] = {
     ReasoningDelta: Publisher._delta,
     ToolCalled: Publisher._delta,
     RequestFinished: Publisher._request_finished,
+    CacheChecked: Publisher._cache_checked,
     StepStored: Publisher._step_stored,
     ResultStored: Publisher._result_stored,
     TurnEnded: Publisher._turn_ended,
