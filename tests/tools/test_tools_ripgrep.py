@@ -103,7 +103,7 @@ def test_a_grep_leaves_the_server_free_to_answer(
     assert time.monotonic() - started < 5, "hang guard"
     assert outcome and body(outcome[0]) == "No matches."
     assert latencies, "the grep ended before a request could be made during it"
-    assert max(latencies) < 1.0, f"a page waited for the grep: {latencies}"
+    assert max(latencies) < 2.5, f"a page waited for the grep (Python's re would hold it for good): {latencies}"
 
 
 def test_a_200_mb_workspace_is_searched_without_loading_it(big: Path, big_ctx: ToolContext) -> None:
