@@ -95,6 +95,34 @@ def test_copy_on_a_reply_loaded_by_scrolling_up(browser: Browser, world: World) 
     copy(page, page.locator("#turn-1 .reply-tools button.copy"), "Answer **1**.")
 
 
+NO_CLIPBOARD_API = """
+window.cachetClipboard = navigator.clipboard;
+Object.defineProperty(Navigator.prototype, "clipboard", { get: () => undefined, configurable: true });
+"""
+
+
+def test_copy_works_where_the_page_gets_no_clipboard_api(browser: Browser, world: World) -> None:
+    """Served over plain HTTP at a LAN address, the page is no secure context and has no ``navigator.clipboard``:
+    Copy falls back to the selection and still fills the clipboard, for a code block and for a whole reply."""
+    world.model.push(Step(text="Here:\n\n```python\nprint('hi')\n```\n"))
+    page = with_clipboard(browser, world)
+    page.context.add_init_script(NO_CLIPBOARD_API)
+    start_session(page)
+    send(page, "Code?")
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
+    wait_idle(page)
+    assert page.evaluate("() => navigator.clipboard === undefined"), "the page sees no clipboard API"
+    for button, expected in (
+        (page.locator("#turn-1 .code-block button.copy"), "print('hi')\n"),
+        (page.locator("#turn-1 .reply-tools button.copy"), "Here:\n\n```python\nprint('hi')\n```\n"),
+    ):
+        page.evaluate("() => window.cachetClipboard.writeText('')")
+        button.click()
+        expect(button).to_have_text("Copied")
+        assert page.evaluate("() => window.cachetClipboard.readText()") == expected
+    expect(page.locator(".copy-buffer")).to_have_count(0)
+
+
 def test_markdown_is_formatted_while_the_reply_streams(browser: Browser, world: World) -> None:
     text = "**Bold start** then a list:\n\n- item one\n- item two\n\n" + LONG_REPLY
     world.model.push(Step(text=text, chunk_size=3, delay=0.03))
