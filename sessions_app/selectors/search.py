@@ -1,8 +1,9 @@
 """Searching a person's sessions: titles, their messages and the replies, ranked, with a highlighted snippet.
 
-Whole words and word beginnings are found by Postgres full-text search (``to_tsvector('simple', …)``, GIN-indexed);
-a piece from inside a word (``arser`` in ``parser``) by ``ILIKE``, which ``pg_trgm``'s GIN indexes speed up where
-Postgres has the extension. Where it has, and nothing matches so, a misspelt word is found by trigram word similarity.
+Whole words and word beginnings are found by Postgres full-text search (``to_tsvector('simple', …)``, stored beside
+each text and GIN-indexed); where none match, a piece from inside a word (``arser`` in ``parser``) by ``ILIKE``, which
+``pg_trgm``'s GIN indexes speed up where Postgres has the extension. Where it has, and nothing matches either way, a
+misspelt word is found by trigram word similarity.
 Whatever the sessions hold, a search is three queries and returns at most :data:`SEARCH_LIMIT` sessions; a snippet
 is a window of the matching text cut in the database, never the whole text.
 """
@@ -86,22 +87,33 @@ def trigram_available() -> bool:
     return bool(row and row[0])
 
 
-def _match(column: str, query: SearchQuery, *, params: dict[str, str | int]) -> tuple[str, str]:
-    """The condition that ``column`` holds every word (as a word or a word's beginning) or every piece of
-    ``query``, and the expression of its rank."""
-    vector = f"to_tsvector('simple'::regconfig, left({column}, {FTS_CHARS}))"
-    alternatives: list[str] = []
-    rank = "0"
-    if query.words:
-        tsquery = "to_tsquery('simple'::regconfig, %(tsquery)s)"
-        alternatives.append(f"{vector} @@ {tsquery}")
-        rank = f"CASE WHEN {vector} @@ {tsquery} THEN ts_rank({vector}, {tsquery}) ELSE 0 END"
+COLUMNS = {"title": "s.title", "message": "t.words", "reply": "t.reply_text"}
+# Stored by Postgres beside each text (migration 0011): to_tsvector('simple', left(text, FTS_CHARS)).
+VECTORS = {"title": "s.title_fts", "message": "t.words_fts", "reply": "t.reply_fts"}
+
+
+def _exact(query: SearchQuery) -> tuple[dict[str, str], dict[str, str]]:
+    """Where each field holds every word (as a word or a word's beginning), and the rank of such a match."""
+    if not query.words:
+        return {name: "false" for name in FIELDS}, {name: "0" for name in FIELDS}
+    tsquery = "to_tsquery('simple'::regconfig, %(tsquery)s)"
+    return (
+        {name: f"{vector} @@ {tsquery}" for name, vector in VECTORS.items()},
+        {name: f"ts_rank({vector}, {tsquery})" for name, vector in VECTORS.items()},
+    )
+
+
+def _partial(query: SearchQuery, *, params: dict[str, str | int]) -> tuple[dict[str, str], dict[str, str]]:
+    """Where each field holds every piece of the query anywhere, inside words too (``ILIKE``)."""
     likes = []
     for index, piece in enumerate(query.pieces):
         params[f"like{index}"] = _like(piece)
-        likes.append(f"{column} ILIKE %(like{index})s")
-    alternatives.append("(" + " AND ".join(likes) + ")")
-    return "(" + " OR ".join(alternatives) + ")", f"({rank} + {PARTIAL_RANK})"
+        likes.append(f"{{column}} ILIKE %(like{index})s")
+    condition = "(" + " AND ".join(likes) + ")"
+    return (
+        {name: condition.format(column=column) for name, column in COLUMNS.items()},
+        {name: str(PARTIAL_RANK) for name in FIELDS},
+    )
 
 
 def _documents(match: dict[str, str], rank: dict[str, str], *, filters: str) -> str:
@@ -125,20 +137,21 @@ def _documents(match: dict[str, str], rank: dict[str, str], *, filters: str) -> 
 
 
 def _search_sql(query: SearchQuery, *, trigram: bool, filters: str, params: dict[str, str | int]) -> str:
+    """Whole words first; only where none match, pieces inside words; only where neither, similar words."""
     session_table = ChatSession._meta.db_table
     turn_table = Turn._meta.db_table
-    columns = {"title": "s.title", "message": "t.words", "reply": "t.reply_text"}
-    found = {name: _match(column, query, params=params) for name, column in columns.items()}
-    exact = _documents(
-        {name: m for name, (m, _) in found.items()}, {name: r for name, (_, r) in found.items()}, filters=filters
-    )
-    hits = "SELECT * FROM exact"
+    exact = _documents(*_exact(query), filters=filters)
+    partial = _documents(*_partial(query, params=params), filters=filters)
+    hits = "SELECT * FROM exact UNION ALL SELECT * FROM partial WHERE NOT EXISTS (SELECT 1 FROM exact)"
     fuzzy = ""
     if trigram and len(query.text) >= FUZZY_MIN_CHARS:
-        similar = {name: f"%(text)s <%% {column}" for name, column in columns.items()}
-        ranks = {name: f"word_similarity(%(text)s, {column}) * {PARTIAL_RANK}" for name, column in columns.items()}
+        similar = {name: f"%(text)s <%% {column}" for name, column in COLUMNS.items()}
+        ranks = {name: f"word_similarity(%(text)s, {column}) * {PARTIAL_RANK}" for name, column in COLUMNS.items()}
         fuzzy = f",\nfuzzy AS ({_documents(similar, ranks, filters=filters)}\n)"
-        hits += " UNION ALL SELECT * FROM fuzzy WHERE NOT EXISTS (SELECT 1 FROM exact)"
+        hits += (
+            " UNION ALL SELECT * FROM fuzzy"
+            " WHERE NOT EXISTS (SELECT 1 FROM exact) AND NOT EXISTS (SELECT 1 FROM partial)"
+        )
     first_piece = "lower(%(first)s)"
     window = (
         "substr({body}, greatest(1, coalesce(nullif(strpos(lower({body}), "
@@ -148,6 +161,8 @@ def _search_sql(query: SearchQuery, *, trigram: bool, filters: str, params: dict
     starts = "greatest(1, coalesce(nullif(strpos(lower({body}), " + first_piece + f"), 0), 1) - {SNIPPET_BEFORE})"
     return f"""
 WITH exact AS ({exact}
+),
+partial AS ({partial}
 ){fuzzy},
 hits AS ({hits}),
 totals AS (

@@ -79,6 +79,20 @@ def test_replies_and_partial_words_are_found(
     assert session_search(owner=user, text="nothing-like-this", trigram=trigram) == []
 
 
+def test_pieces_inside_words_are_looked_for_only_where_no_whole_word_matches(
+    user: Any, workspace: Workspace, endpoint: ModelEndpoint, trigram: bool
+) -> None:
+    whole = started(user, workspace, endpoint, title="t")
+    said(whole, "The parser is slow.")
+    inside = started(user, workspace, endpoint, title="t")
+    said(inside, "The subparsers are fast.")
+    assert [hit.session.pk for hit in session_search(owner=user, text="parser", trigram=trigram)] == [whole.pk]
+    assert {hit.session.pk for hit in session_search(owner=user, text="arser", trigram=trigram)} == {
+        whole.pk,
+        inside.pk,
+    }
+
+
 def test_a_misspelt_word_is_found_by_trigram_similarity(
     user: Any, workspace: Workspace, endpoint: ModelEndpoint
 ) -> None:
