@@ -276,6 +276,16 @@ def build(spec_file: Path) -> None:
             add_turn(session, index)
         sized[str(size)] = session.pk
     streaming = [new_session().pk for _ in range(spec["streaming"])]
+    request_selectors: Any = importlib.import_module("sessions_app.selectors.requests")
+    build_ms: dict[str, float] = {}
+    for size, session_id in sized.items():
+        session = models.ChatSession.objects.get(pk=session_id)
+        took: list[float] = []
+        for _ in range(5):
+            started = time.perf_counter()
+            request_selectors.build_request(session, current=None, model_name="bench")
+            took.append(time.perf_counter() - started)
+        build_ms[size] = statistics.median(took) * 1000
     print(
         json.dumps(
             {
@@ -283,9 +293,29 @@ def build(spec_file: Path) -> None:
                 "sized": sized,
                 "streaming": streaming,
                 "read_ms": statistics.median(read_seconds) * 1000 if read_seconds else 0.0,
+                "build_ms": build_ms,
+                "queries_per_step": _queries_per_step(new_session()),
             }
         )
     )
+
+
+def _queries_per_step(session: Any) -> float:
+    """The database queries of one ten-step turn run by the side's own reply loop, per model request."""
+    import importlib
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    loop: Any = importlib.import_module("chat.agent.loop")
+    models: Any = importlib.import_module("sessions_app.models")
+    with CaptureQueriesContext(connection) as captured:
+        ran = loop.ReplyLoop(session).send("BENCH-TOOLS: read them one by one")
+        if inspect.isgenerator(ran):
+            for _ in ran:
+                pass
+    steps = models.ModelRequest.objects.filter(session=session).count()
+    return len(captured.captured_queries) / steps if steps else float("nan")
 
 
 # --- a websocket client, by hand --------------------------------------------------------------------------------
@@ -727,6 +757,8 @@ class SideFigures:
     gap: GapFigure | None = None
     streams: dict[int, StreamFigure] = field(default_factory=dict)
     read_ms: float = 0.0
+    build_ms: dict[int, float] = field(default_factory=dict)
+    queries_per_step: float = float("nan")
 
 
 def _write_workspace(folder: Path) -> None:
@@ -796,7 +828,11 @@ PROFILE_DIR: Path | None = None
 
 
 def run_side(side: Side, sizes: list[int], streams: list[int], gap_turns: int, model_port: int) -> SideFigures:
-    figures = SideFigures(read_ms=float(side.built.get("read_ms", 0.0)))
+    figures = SideFigures(
+        read_ms=float(side.built.get("read_ms", 0.0)),
+        build_ms={int(size): float(ms) for size, ms in side.built.get("build_ms", {}).items()},
+        queries_per_step=float(side.built.get("queries_per_step", float("nan"))),
+    )
     side.start()
     try:
         for size in sizes:
@@ -912,6 +948,11 @@ def report(results: dict[str, SideFigures], sizes: list[int], streams: list[int]
     for size in sizes:
         _row(f"reconnect, {size} turns", _socket(old.reconnect.get(size)), _socket(new.reconnect.get(size)))
         _row(f"new tab, {size} turns", _socket(old.reconnect.get(size)), _socket(new.cold.get(size)))
+    for size in sizes:
+        bo, bn = old.build_ms.get(size, nan), new.build_ms.get(size, nan)
+        _row(f"request build, {size} turns (the next turn's history)", _ms(bo), _ms(bn), _ratio(bo, bn))
+    qo, qn = old.queries_per_step, new.queries_per_step
+    _row("database queries per step (a ten-step turn)", f"{qo:.1f}", f"{qn:.1f}", _ratio(qo, qn))
     how = "" if old.gap is None or old.gap.via_tab else " (old: through `ask`, its socket fails)"
     for label, q in (("p50", 0.5), ("p95", 0.95)):
         vo = _pct(old.gap.gaps_ms, q) if old.gap else nan
