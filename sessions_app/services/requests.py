@@ -121,7 +121,12 @@ def request_record_start(
         break_cause=verdict.cause,
     )
     turn_number = turn.number if turn is not None else None
-    LastRequest.objects.update_or_create(session=session, defaults={"body": built.body, "turn_number": turn_number})
+    LastRequest.objects.bulk_create(
+        [LastRequest(session=session, body=built.body, turn_number=turn_number)],
+        update_conflicts=True,
+        unique_fields=["session"],
+        update_fields=["body", "turn_number"],
+    )
     if previous.pending:
         ChatSession.objects.filter(pk=session.pk).update(pending_breaks=[])
     return request, PreviousRequest(body=built.body, turn_number=turn_number, pending=())

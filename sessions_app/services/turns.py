@@ -157,8 +157,11 @@ def turn_restart(*, session: ChatSession, like: Turn) -> Turn:
 def step_draft_save(*, turn: Turn, number: int, text: str, reasoning: str) -> None:
     """Keep what step ``number`` has streamed so far, so a crash loses at most what came since."""
     commit_without_waiting_for_disk()
-    StepDraft.objects.update_or_create(
-        turn=turn, number=number, defaults={"text": storable(text), "reasoning": storable(reasoning)}
+    StepDraft.objects.bulk_create(
+        [StepDraft(turn=turn, number=number, text=storable(text), reasoning=storable(reasoning))],
+        update_conflicts=True,
+        unique_fields=["turn", "number"],
+        update_fields=["text", "reasoning", "updated_at"],
     )
 
 
