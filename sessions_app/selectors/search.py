@@ -105,13 +105,14 @@ def _exact(query: SearchQuery) -> tuple[dict[str, str], dict[str, str]]:
 
 def _partial(query: SearchQuery, *, params: dict[str, str | int]) -> tuple[dict[str, str], dict[str, str]]:
     """Where each field holds every piece of the query anywhere, inside words too (``ILIKE``)."""
-    likes = []
     for index, piece in enumerate(query.pieces):
         params[f"like{index}"] = _like(piece)
-        likes.append(f"{{column}} ILIKE %(like{index})s")
-    condition = "(" + " AND ".join(likes) + ")"
+    likes = [f"like{index}" for index in range(len(query.pieces))]
     return (
-        {name: condition.format(column=column) for name, column in COLUMNS.items()},
+        {
+            name: "(" + " AND ".join(f"{column} ILIKE %({like})s" for like in likes) + ")"
+            for name, column in COLUMNS.items()
+        },
         {name: str(PARTIAL_RANK) for name in FIELDS},
     )
 
