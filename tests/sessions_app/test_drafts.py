@@ -7,8 +7,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from sessions_app.models import ChatSession, LastRequest, StepDraft
-from sessions_app.selectors.requests import PreviousRequest, build_request
+from sessions_app.models import ChatSession, LastRequest, StepDraft, Turn
+from sessions_app.selectors.requests import BuiltRequest, build_request, previous_request
 from sessions_app.services.requests import request_record_start
 from sessions_app.services.turns import step_draft_save, step_record, turn_start
 from sessions_app.text import storable
@@ -33,31 +33,25 @@ def test_a_draft_is_one_row_written_over_then_removed_by_the_stored_step(chat_se
     assert list(StepDraft.objects.filter(turn=turn).values_list("number", flat=True)) == [2]
 
 
-def test_the_last_request_is_one_row_per_session_written_over(chat_session: ChatSession) -> None:
-    turn = turn_start(session=chat_session, words="hi", today="2026-12-01", instructions=None)
-    previous = PreviousRequest(body=b"", turn_number=None, pending=())
-    built = build_request(chat_session, current=turn, model_name="m")
-    _, previous = request_record_start(
-        session=chat_session,
+def _record_start(session: ChatSession, turn: Turn, step_number: int) -> BuiltRequest:
+    built = build_request(session, current=turn, model_name="m")
+    request_record_start(
+        session=session,
         turn=turn,
-        step_number=1,
+        step_number=step_number,
         kind="reply",
         built=built,
         endpoint_url="http://127.0.0.1:9/v1",
         model_name="m",
-        previous=previous,
+        previous=previous_request(session),
     )
+    return built
+
+
+def test_the_last_request_is_one_row_per_session_written_over(chat_session: ChatSession) -> None:
+    turn = turn_start(session=chat_session, words="hi", today="2026-12-01", instructions=None)
+    _record_start(chat_session, turn, 1)
     step_record(turn=turn, number=1, text="Hi.", reasoning="", tool_calls=[], finish_reason="stop")
-    again = build_request(chat_session, current=turn, model_name="m")
-    request_record_start(
-        session=chat_session,
-        turn=turn,
-        step_number=2,
-        kind="reply",
-        built=again,
-        endpoint_url="http://127.0.0.1:9/v1",
-        model_name="m",
-        previous=previous,
-    )
+    again = _record_start(chat_session, turn, 2)
     rows = list(LastRequest.objects.filter(session=chat_session))
     assert len(rows) == 1 and bytes(rows[0].body) == again.body and rows[0].turn_number == turn.number
