@@ -276,6 +276,7 @@ class BreakCause(models.TextChoices):
     BRANCH = "branch", "branch"
     COMPACTION = "compaction", "compaction"
     MODEL_CHANGE = "model_change", "model change"
+    RESTART = "restart", "restart"
     UNEXPECTED = "unexpected", "unexpected"
 
 

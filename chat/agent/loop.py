@@ -9,6 +9,10 @@ saved as it comes.
 Iterate an action to its end (or ``close()`` it) in the thread that started it: the lock belongs to that
 thread's database connection.
 
+Between two requests of a reply the server waits only for what the next request needs (the step and its results
+stored, the request recorded); the answer's record and the events of the step and its results follow once the next
+request is sent.
+
 A finished request's cache check asks the server to render and tokenize the prompt (up to a second or more on
 a long one), so it runs on a worker thread beside the reply; its result is stored by the loop's own thread
 when the next request starts and, at the latest, when the action ends.
@@ -24,9 +28,11 @@ from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+import httpx
 from django.conf import settings
 from django.utils import timezone
 
+from chat.agent import server_api
 from chat.agent.budget import RequestCounter, RequestTooLarge, endpoint_window, window_learned
 from chat.agent.cache_check import CacheCheck, check_request
 from chat.agent.events import (
@@ -59,6 +65,7 @@ from chat.agent.model_client import (
     Timeouts,
     ToolCall,
     ToolCallPiece,
+    new_client,
 )
 from chat.agent.workspace import read_instructions, restore_files, tool_context
 from chat.tools import ToolContext, call_tool
@@ -72,13 +79,17 @@ from sessions_app.selectors.requests import (
     PreviousRequest,
     RequestBuilder,
     build_request,
-    pending_breaks,
     previous_request,
 )
 from sessions_app.selectors.sessions import current_generation, history_turns
 from sessions_app.services.compaction import compaction_apply
 from sessions_app.services.locks import reply_lock
-from sessions_app.services.requests import request_record_cache_check, request_record_finish, request_record_start
+from sessions_app.services.requests import (
+    request_last_keep,
+    request_record_cache_check,
+    request_record_finish,
+    request_record_start,
+)
 from sessions_app.services.results import prior_result, reply_table, result_insert
 from sessions_app.services.turns import (
     message_preview,
@@ -104,6 +115,7 @@ DRAFT_SECONDS = 1.0
 STOPPED = "Stopped."
 CHECK_WORKERS = 4
 CHECK_WAIT_SECONDS = 30.0
+_NOTHING_TO_CHECK = (BreakCause.FIRST, BreakCause.MODEL_CHANGE, BreakCause.RESTART)
 
 _checker: ThreadPoolExecutor | None = None
 _checker_lock = threading.Lock()
@@ -139,6 +151,16 @@ def _call_id(call: ToolCall, turn: Turn, step_number: int, position: int) -> str
 class _PendingCheck:
     request: ModelRequest
     check: Future[CacheCheck | None]
+
+
+@dataclass(frozen=True)
+class _Answered:
+    """A request whose answer is in, recorded once the next request is on its way."""
+
+    request: ModelRequest
+    completion: Completion
+    built: BuiltRequest
+    previous_body: bytes
 
 
 @dataclass
@@ -178,6 +200,10 @@ class ReplyLoop:
         self._open: Turn | None = None
         self._counter: RequestCounter | None = None
         self._checks: list[_PendingCheck] = []
+        self._last_unkept = False
+        self._client: httpx.Client | None = None
+        self._drafted: set[tuple[int, int]] = set()
+        self._held: list[ReplyEvent | _Answered] = []
 
     # --- holding the session ------------------------------------------------------------------------
 
@@ -188,12 +214,26 @@ class ReplyLoop:
             try:
                 yield
             finally:
+                self._settle()
                 for _checked in self._checks_stored(wait=True):
                     pass
+                self._keep_last_request()
+                if self._client is not None:
+                    self._client.close()
+                    self._client = None
                 self._previous = None
                 self._builder = None
                 self._open = None
                 self._counter = None
+
+    def _keep_last_request(self) -> None:
+        if not self._last_unkept or self._previous is None:
+            return
+        try:
+            request_last_keep(session=self.session, last=self._previous)
+            self._last_unkept = False
+        except Exception:  # the next action then finds the last request unknown and says so
+            logger.exception("session %s: could not keep the last request's bytes", self.session.pk)
 
     def _refresh(self) -> ChatSession:
         self.session = ChatSession.objects.select_related("workspace", "endpoint").get(pk=self.session.pk)
@@ -204,7 +244,11 @@ class ReplyLoop:
         if self._given_model is not None:
             return self._given_model
         endpoint = self.session.endpoint
-        return HttpModel(base_url=endpoint.base_url, api_key=endpoint.api_key or None, timeouts=self.timeouts)
+        if self._client is None:
+            self._client = new_client()
+        return HttpModel(
+            base_url=endpoint.base_url, api_key=endpoint.api_key or None, timeouts=self.timeouts, client=self._client
+        )
 
     @property
     def counter(self) -> RequestCounter:
@@ -382,15 +426,18 @@ class ReplyLoop:
         raise counter.too_large(size)
 
     def _ask(
-        self, built: BuiltRequest, *, turn: Turn | None, step_number: int, kind: str
+        self, built: BuiltRequest, *, turn: Turn | None, step_number: int, kind: str, hold: bool = False
     ) -> Generator[ReplyEvent, None, Completion]:
-        """Record and send one request; yields its events and returns the model's answer."""
-        yield from self._checks_stored(wait=False)
+        """Record and send one request; yields its events and returns the model's answer.
+
+        What waits for a request to be on its way (the record of the answer before it, the events of the step
+        and results stored since) follows as soon as this one is sent, so the model server is not kept idle
+        by bookkeeping; with ``hold``, this answer's record waits in turn for the next request."""
         session = self.session
         if self._previous is None:
             self._previous = previous_request(session)
-        else:
-            self._previous = replace(self._previous, pending=pending_breaks(session))
+        else:  # only this action's own writes add breaks while it holds the lock, and they refresh the session
+            self._previous = replace(self._previous, pending=tuple(session.pending_breaks or ()))
         previous_body = self._previous.body
         request, self._previous = request_record_start(
             session=session,
@@ -402,14 +449,18 @@ class ReplyLoop:
             model_name=session.model_name,
             previous=self._previous,
         )
+        self._last_unkept = True
         self.requests.append(request)
-        yield RequestStarted(request)
         shown = turn if kind == RequestKind.REPLY else None  # a summary streams too, but is no step of the turn
         number = shown.number if shown is not None else 0
         streamed = _Streamed(saved_at=time.monotonic())
         started = time.monotonic()
         answer = self.model.stream(built.body, cancel=self.cancel)
         try:
+            answer.start()
+            yield from self._release()
+            yield from self._checks_stored(wait=False)
+            yield RequestStarted(request)
             for piece in answer:
                 if isinstance(piece, TextPiece):
                     streamed.text += piece.text
@@ -431,21 +482,59 @@ class ReplyLoop:
                 self._counter = None
             yield RequestFinished(request)
             raise
+        finally:
+            answer.close()
         completion = answer.completion
         assert completion is not None, "a stream that ends without an error has its completion"
-        _finish(request, completion, started=started)
         if self._counter is not None:
             self._counter.learned(built.body, completion.prompt_tokens)
-        self._check_cache(request, built, previous_body)
-        yield RequestFinished(request)
+        answered = _Answered(request, completion, built, previous_body)
+        if hold:
+            self._held.append(answered)
+        else:
+            yield from self._answered(answered)
         return completion
+
+    def _answered(self, answered: _Answered) -> Iterator[ReplyEvent]:
+        request = answered.request
+        _finish(request, answered.completion)
+        self._check_cache(request, answered.built, answered.previous_body)
+        yield RequestFinished(request)
+
+    def _release(self) -> Iterator[ReplyEvent]:
+        """Record the held answers and yield the held events, in order."""
+        while self._held:
+            item = self._held.pop(0)
+            if isinstance(item, _Answered):
+                yield from self._answered(item)
+            else:
+                yield item
+
+    def _release_after_failure(self) -> Iterator[ReplyEvent]:
+        try:
+            yield from self._release()
+        except Exception:
+            logger.exception("session %s: could not record the last answer", self.session.pk)
+            self._held.clear()
+
+    def _settle(self) -> None:
+        """Record the held answers where their events can no longer be yielded (the action was closed)."""
+        held, self._held = self._held, []
+        for item in held:
+            if isinstance(item, _Answered):
+                try:
+                    _finish(item.request, item.completion)
+                except Exception:
+                    logger.exception("session %s: could not record request %s", self.session.pk, item.request.pk)
 
     def _check_cache(self, request: ModelRequest, built: BuiltRequest, previous_body: bytes) -> None:
         """After the answer, beside the reply: what the request should have found cached, and why the server
         reused less."""
-        if self._given_model is not None or request.break_cause in (BreakCause.FIRST, BreakCause.MODEL_CHANGE):
+        if self._given_model is not None or request.break_cause in _NOTHING_TO_CHECK:
             return
         endpoint = self.session.endpoint
+        if not server_api.may_render(endpoint.base_url):
+            return
         promised = sum(
             1 for index in range(len(built.messages)) if built.message_end(index) <= request.expected_shared_bytes
         )
@@ -498,6 +587,7 @@ class ReplyLoop:
         if idle or now - streamed.saved_at >= DRAFT_SECONDS:
             step_draft_save(turn=turn, number=step_number, text=streamed.text, reasoning=streamed.reasoning)
             streamed.saved_at, streamed.saved_size = now, size
+            self._drafted.add((turn.pk, step_number))
 
     def _reply(self, turn: Turn, *, again: bool = False) -> Iterator[ReplyEvent]:
         """Run the reply to the open ``turn`` until the model answers without a tool call."""
@@ -519,11 +609,13 @@ class ReplyLoop:
             logger.exception("session %s: the reply to turn %s failed", turn.session_id, turn.number)
             turn = turn_fail(turn=turn, error=person_message(error))
             if not isinstance(error, StoreError):
+                yield from self._release_after_failure()
                 yield TurnEnded(turn)
                 raise
         finally:
             self._open = None
             self._builder = None
+        yield from self._release_after_failure()
         yield TurnEnded(turn)
         yield from self._checks_stored(wait=True)
 
@@ -540,7 +632,9 @@ class ReplyLoop:
             built = yield from self._fitting(turn, built, step_number, table)
             builder = self._builder
             assert builder is not None
-            completion = yield from self._ask(built, turn=turn, step_number=step_number, kind=RequestKind.REPLY)
+            completion = yield from self._ask(
+                built, turn=turn, step_number=step_number, kind=RequestKind.REPLY, hold=True
+            )
             calls = [
                 StoredCall(id=_call_id(call, turn, step_number, position), name=call.name, arguments=call.arguments)
                 for position, call in enumerate(completion.tool_calls)
@@ -552,11 +646,14 @@ class ReplyLoop:
                 reasoning=completion.reasoning,
                 tool_calls=calls,
                 finish_reason=completion.finish_reason,
+                drafted=(turn.pk, step_number) in self._drafted,
             )
             builder.add_assistant(step)
-            yield StepStored(step)
             if not calls:
+                yield from self._release()
+                yield StepStored(step)
                 return turn_finish(turn=turn)
+            self._held.append(StepStored(step))  # its events follow once the next request is sent
             for call in step.tool_calls:
                 if self.cancel.is_set():
                     break
@@ -574,14 +671,15 @@ class ReplyLoop:
                 )
                 table.append(prior_result(result))
                 builder.add_result(result)
-                yield ResultStored(result)
+                self._held.append(ResultStored(result))
             if self.cancel.is_set():
                 raise ModelCancelled(STOPPED, url=self.model.url)
+        yield from self._release()
         limit = str(prompts.loop_settings()["step_limit_text"]).format(steps=self.max_steps)
         return turn_finish(turn=turn, unstored=limit)
 
 
-def _finish(request: ModelRequest, got: Completion | None, *, started: float, error: str = "") -> None:
+def _finish(request: ModelRequest, got: Completion | None, *, started: float = 0.0, error: str = "") -> None:
     """Complete ``request``'s row with what the server reported (all of it, or what came before ``error``)."""
     request_record_finish(
         request=request,

@@ -481,7 +481,7 @@ class _Exchange:
 
     def run(self) -> None:
         own = self.client is None
-        client = self.client or httpx.Client(verify=_ssl_context())
+        client = self.client or new_client()
         head_sent = False
         try:
             with client.stream(
@@ -545,6 +545,11 @@ class _Exchange:
 @functools.cache
 def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
+
+
+def new_client() -> httpx.Client:
+    """A client for model requests; one shared by several requests keeps its connection to the server open."""
+    return httpx.Client(verify=_ssl_context())
 
 
 def _is_event_stream(content_type: str) -> bool:
@@ -611,7 +616,7 @@ class ModelStream:
     `completion` is the whole answer. A failure raises a `ModelError` subclass from the iteration; cut,
     timed-out and cancelled streams carry what arrived as `.partial`.
 
-    The request is sent when the iteration starts, as the exact bytes given.
+    The request is sent, as the exact bytes given, by `start()` or else when the iteration starts.
     """
 
     def __init__(
@@ -631,6 +636,39 @@ class ModelStream:
         self.cancel = cancel
         self.client = client
         self.completion: Completion | None = None
+        self._exchange: _Exchange | None = None
+        self._worker: threading.Thread | None = None
+        self._started = 0.0
+        self._finished = False
+
+    def start(self) -> None:
+        """Send the request now, before the iteration (which sends it where this was not called)."""
+        if self._exchange is not None:
+            return
+        headers = _headers(self.api_key, "text/event-stream")
+        headers["Content-Type"] = "application/json"
+        headers["Accept-Encoding"] = "identity"
+        timeouts = self.timeouts
+        read_limit = max(timeouts.first_token, timeouts.between_chunks) + 5.0
+        self._exchange = _Exchange(
+            url=self.url,
+            body=self.body,
+            headers=headers,
+            timeout=httpx.Timeout(
+                connect=timeouts.connect, read=read_limit, write=timeouts.between_chunks, pool=timeouts.connect
+            ),
+            client=self.client,
+        )
+        self._started = time.monotonic()
+        self._worker = threading.Thread(target=self._exchange.run, name="model-stream", daemon=True)
+        self._worker.start()
+
+    def close(self) -> None:
+        """Stop an answer that is not finished (a started one that is never iterated included)."""
+        if self._exchange is not None:
+            self._exchange.abort(hard=not self._finished)
+            if not self._finished and self._worker is not None:
+                self._worker.join(timeout=0.2)
 
     def complete(self) -> Completion:
         """Read the whole answer, dropping the pieces."""
@@ -641,22 +679,12 @@ class ModelStream:
 
     def __iter__(self) -> Iterator[StreamPiece]:
         url, timeouts, cancel = self.url, self.timeouts, self.cancel
-        headers = _headers(self.api_key, "text/event-stream")
-        headers["Content-Type"] = "application/json"
-        headers["Accept-Encoding"] = "identity"
-        read_limit = max(timeouts.first_token, timeouts.between_chunks) + 5.0
-        exchange = _Exchange(
-            url=url,
-            body=self.body,
-            headers=headers,
-            timeout=httpx.Timeout(
-                connect=timeouts.connect, read=read_limit, write=timeouts.between_chunks, pool=timeouts.connect
-            ),
-            client=self.client,
-        )
+        self.start()
+        exchange = self._exchange
+        assert exchange is not None
         assembler = StreamAssembler()
         decoder = SSEDecoder()
-        started = time.monotonic()
+        started = self._started
         first_token_at: float | None = None
         last_bytes_at = last_yield_at = started
         head: _Head | None = None
@@ -719,9 +747,6 @@ class ModelStream:
                     first_token_at = time.monotonic()
             return False
 
-        worker = threading.Thread(target=exchange.run, name="model-stream", daemon=True)
-        worker.start()
-        finished = False
         try:
             while True:
                 if cancel is not None and cancel.is_set():
@@ -752,7 +777,7 @@ class ModelStream:
                         last_yield_at = time.monotonic()
                         yield from pieces
                     if done:
-                        finished = True
+                        self._finished = True
                         self.completion = partial()
                         return
                 elif isinstance(item, _Head):
@@ -781,7 +806,7 @@ class ModelStream:
                     except UnicodeDecodeError:
                         raise protocol("the body is not valid UTF-8") from None
                     yield from assembler.take_pieces()
-                    finished = True
+                    self._finished = True
                     if done or assembler.finish_reason is not None:
                         self.completion = partial()
                         return
@@ -812,9 +837,7 @@ class ModelStream:
                         partial=partial(),
                     ) from error
         finally:
-            exchange.abort(hard=not finished)
-            if not finished:
-                worker.join(timeout=0.2)
+            self.close()
 
 
 def list_models(*, base_url: str, api_key: str | None, timeout: float = 5.0) -> list[str]:
@@ -890,9 +913,14 @@ def stream_chat(
 
 
 class Answer(Protocol):
-    """A model's streamed answer: its pieces as they come, then the whole of it."""
+    """A model's streamed answer: its pieces as they come, then the whole of it. ``start`` sends the request
+    before the iteration; ``close`` stops an answer that is not finished."""
 
     completion: Completion | None
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
 
     def __iter__(self) -> Iterator[StreamPiece]: ...
 
@@ -913,6 +941,7 @@ class HttpModel:
     base_url: str
     api_key: str | None
     timeouts: Timeouts = field(default_factory=Timeouts)
+    client: httpx.Client | None = None  # shared by the requests of one action: its connection is kept open
 
     @property
     def url(self) -> str:
@@ -920,5 +949,10 @@ class HttpModel:
 
     def stream(self, body: bytes, *, cancel: threading.Event) -> ModelStream:
         return stream_chat(
-            base_url=self.base_url, api_key=self.api_key, body=body, timeouts=self.timeouts, cancel=cancel
+            base_url=self.base_url,
+            api_key=self.api_key,
+            body=body,
+            timeouts=self.timeouts,
+            cancel=cancel,
+            client=self.client,
         )

@@ -59,6 +59,12 @@ def _mark_unoffered(root: str, path: str) -> None:
         _unoffered[(root, path)] = monotonic()
 
 
+def may_render(base_url: str) -> bool:
+    """False where the server is known not to offer its template or its tokenizer (asked lately)."""
+    root = server_root(base_url)
+    return not (_known_unoffered(root, "/apply-template") or _known_unoffered(root, "/tokenize"))
+
+
 def forget(base_url: str) -> None:
     """Ask the server again on the next call: after its URL changed or it restarted."""
     root = server_root(base_url)

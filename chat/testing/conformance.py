@@ -233,21 +233,28 @@ class _Answer:
 
 
 class _CaseAnswer:
-    """One scripted answer, streamed as a server would: the text, then the call."""
+    """One scripted answer, streamed as a server would: the text, then the call. The answer is taken from the
+    case when it is read, not when it is asked for: the loop sends the next request before it yields the
+    results of the step before, and the case gives the next answer only once it has seen them."""
 
-    def __init__(self, answer: _Answer, call_id: str) -> None:
-        self.answer = answer
-        self.call_id = call_id
+    def __init__(self, model: CaseModel) -> None:
+        self.model = model
         self.completion: Completion | None = None
 
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
     def __iter__(self) -> Iterator[StreamPiece]:
-        answer = self.answer
+        answer, call_id = self.model.next_answer()
         calls: list[ToolCall] = []
         if answer.text:
             yield TextPiece(answer.text)
         if answer.call is not None:
             name, arguments = answer.call
-            calls.append(ToolCall(index=0, id=self.call_id, name=name, arguments=arguments))
+            calls.append(ToolCall(index=0, id=call_id, name=name, arguments=arguments))
             yield ToolCallPiece(0, name)
         self.completion = Completion(
             text=answer.text,
@@ -278,12 +285,16 @@ class CaseModel:
         self.calls = 0
 
     def stream(self, body: bytes, *, cancel: threading.Event) -> _CaseAnswer:
+        return _CaseAnswer(self)
+
+    def next_answer(self) -> tuple[_Answer, str]:
+        """The case's next answer, with the id its call (if any) gets."""
         if not self.answers:
             raise StepFailure("the reply loop asked the model, but the case says nothing more")
         answer = self.answers.popleft()
         if answer.call is not None:
             self.calls += 1
-        return _CaseAnswer(answer, f"call_{self.calls}")
+        return answer, f"call_{self.calls}"
 
 
 @dataclass

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessions_app.models import ChatSession, Generation, LastRequest, Result, Step, Turn
+from sessions_app.models import ChatSession, Generation, LastRequest, ModelRequest, Result, Step, Turn
 from sessions_app.selectors.sessions import current_generation, history_turns
 from sessions_app.selectors.turns import turns_reasoning
 from sessions_app.types import PendingBreak
@@ -103,7 +104,7 @@ class RequestBuilder:
         if current is not None:
             turns = turns.filter(number__lt=current.number)
         earlier = list(turns)
-        reasoning = turns_reasoning([turn.pk for turn in earlier]) if earlier else {}
+        reasoning = turns_reasoning(turns) if earlier else {}
         for turn in earlier:
             self.turn_user_index[turn.number] = len(self.messages)
             self._add({"role": "user", "content": turn.message})
@@ -171,11 +172,14 @@ def build_request(
 
 @dataclass(frozen=True)
 class PreviousRequest:
-    """What the next request is compared with: the last request's bytes and turn, and what happened since."""
+    """What the next request is compared with: the last request's bytes and turn, and what happened since;
+    ``known`` is false where a request was sent whose bytes were not kept (Cachet stopped in the middle of an
+    action)."""
 
     body: bytes
     turn_number: int | None
     pending: tuple[PendingBreak, ...]
+    known: bool = True
 
 
 def pending_breaks(session: ChatSession) -> tuple[PendingBreak, ...]:
@@ -185,10 +189,17 @@ def pending_breaks(session: ChatSession) -> tuple[PendingBreak, ...]:
 
 
 def previous_request(session: ChatSession) -> PreviousRequest:
-    """The session's last request as stored, with the breaks recorded since (read once per action)."""
+    """The session's last request as kept, with the breaks recorded since (read once per action). The bytes are
+    kept as an action ends; where the session's last recorded request is not the one kept, they are unknown."""
     last = LastRequest.objects.filter(session_id=session.pk).first()
+    body = bytes(last.body) if last is not None else b""
+    sent = (
+        ModelRequest.objects.filter(session_id=session.pk).order_by("-id").values_list("body_sha256", flat=True).first()
+    )
+    known = sent is None or (last is not None and hashlib.sha256(body).hexdigest() == sent)
     return PreviousRequest(
-        body=bytes(last.body) if last is not None else b"",
-        turn_number=last.turn_number if last is not None else None,
+        body=body if known else b"",
+        turn_number=last.turn_number if last is not None and known else None,
         pending=pending_breaks(session),
+        known=known,
     )

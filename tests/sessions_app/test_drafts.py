@@ -1,5 +1,5 @@
 """What a step has streamed is kept in one draft row, written over as it grows, and gone once the step is stored;
-the last request's bytes are one row per session, written over by each request. Each is a single upsert."""
+the last request's bytes are one row per session, written over as each action ends. Each is a single upsert."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from sessions_app.models import ChatSession, LastRequest, StepDraft, Turn
-from sessions_app.selectors.requests import BuiltRequest, build_request, previous_request
-from sessions_app.services.requests import request_record_start
+from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, StepDraft, Turn
+from sessions_app.selectors.requests import PreviousRequest, build_request, previous_request
+from sessions_app.services.requests import request_last_keep, request_record_start
 from sessions_app.services.turns import step_draft_save, step_record, turn_start
 from sessions_app.text import storable
 
@@ -33,9 +33,9 @@ def test_a_draft_is_one_row_written_over_then_removed_by_the_stored_step(chat_se
     assert list(StepDraft.objects.filter(turn=turn).values_list("number", flat=True)) == [2]
 
 
-def _record_start(session: ChatSession, turn: Turn, step_number: int) -> BuiltRequest:
+def _record_start(session: ChatSession, turn: Turn, step_number: int) -> PreviousRequest:
     built = build_request(session, current=turn, model_name="m")
-    request_record_start(
+    _, sent = request_record_start(
         session=session,
         turn=turn,
         step_number=step_number,
@@ -45,13 +45,30 @@ def _record_start(session: ChatSession, turn: Turn, step_number: int) -> BuiltRe
         model_name="m",
         previous=previous_request(session),
     )
-    return built
+    return sent
 
 
 def test_the_last_request_is_one_row_per_session_written_over(chat_session: ChatSession) -> None:
     turn = turn_start(session=chat_session, words="hi", today="2026-12-01", instructions=None)
-    _record_start(chat_session, turn, 1)
+    request_last_keep(session=chat_session, last=_record_start(chat_session, turn, 1))
     step_record(turn=turn, number=1, text="Hi.", reasoning="", tool_calls=[], finish_reason="stop")
     again = _record_start(chat_session, turn, 2)
+    with CaptureQueriesContext(connection) as queries:
+        request_last_keep(session=chat_session, last=again)
+    writes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith(("INSERT", "UPDATE", "SELECT"))]
+    assert len(writes) == 1 and "ON CONFLICT" in writes[0], writes
     rows = list(LastRequest.objects.filter(session=chat_session))
     assert len(rows) == 1 and bytes(rows[0].body) == again.body and rows[0].turn_number == turn.number
+    assert previous_request(chat_session) == again
+
+
+def test_a_request_whose_bytes_were_not_kept_makes_the_next_break_a_restart(chat_session: ChatSession) -> None:
+    turn = turn_start(session=chat_session, words="hi", today="2026-12-01", instructions=None)
+    request_last_keep(session=chat_session, last=_record_start(chat_session, turn, 1))
+    step_record(turn=turn, number=1, text="Hi.", reasoning="", tool_calls=[], finish_reason="tool_calls")
+    _record_start(chat_session, turn, 2)  # sent, then Cachet stopped before the action ended
+    previous = previous_request(chat_session)
+    assert (previous.known, previous.body, previous.turn_number) == (False, b"", None)
+    _record_start(chat_session, turn, 3)
+    third = ModelRequest.objects.filter(session=chat_session).order_by("-id").first()
+    assert third is not None and third.break_cause == BreakCause.RESTART and third.expected_shared_bytes == 0

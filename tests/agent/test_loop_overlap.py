@@ -1,0 +1,141 @@
+"""Between two requests of a reply the model server waits only for what the next request needs: the step and its
+results stored, the request recorded. The answer's own record and the events of the step and its results follow
+once the next request is on its way; the last request's bytes are kept once, as the action ends."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from chat.agent.events import (
+    ReplyEvent,
+    RequestFinished,
+    RequestStarted,
+    ResultStored,
+    StepStored,
+    TextDelta,
+    TurnEnded,
+    TurnStarted,
+)
+from chat.agent.loop import ReplyLoop
+from chat.testing.scripted_server import ScriptedServer, Step
+from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, TurnStatus
+from sessions_app.selectors.requests import previous_request
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _two_reads_then_answer(scripted: ScriptedServer, workspace_dir: Path) -> None:
+    (workspace_dir / "a.py").write_text("print('a')\n")
+    scripted.push(Step(tool_calls=[("read", {"path": "a.py"})]))
+    scripted.push(Step(tool_calls=[("read", {"path": "a.py", "offset": 1, "limit": 1})]))
+    scripted.push(Step(text="Done."))
+
+
+def test_the_next_request_is_sent_before_the_step_and_its_results_are_published(
+    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path
+) -> None:
+    _two_reads_then_answer(scripted, workspace_dir)
+    kinds: list[str] = []
+    recorded_when_step_shown: list[int] = []
+    unfinished_when_step_shown: list[int] = []
+    for event in ReplyLoop(scripted_session).send("read it twice"):
+        if not isinstance(event, TextDelta):
+            kinds.append(type(event).__name__)
+        if isinstance(event, StepStored):
+            requests = ModelRequest.objects.filter(session=scripted_session)
+            recorded_when_step_shown.append(requests.count())
+            unfinished_when_step_shown.append(requests.filter(status=RequestStatus.SENDING).count())
+    assert kinds == [
+        "TurnStarted",
+        "RequestStarted",
+        "ToolCalled",
+        "RequestFinished",
+        "StepStored",
+        "ResultStored",
+        "RequestStarted",
+        "ToolCalled",
+        "RequestFinished",
+        "StepStored",
+        "ResultStored",
+        "RequestStarted",
+        "RequestFinished",
+        "StepStored",
+        "TurnEnded",
+    ], "the events keep their order"
+    assert recorded_when_step_shown == [2, 3, 3], "a step with calls is shown once the next request is recorded"
+    assert unfinished_when_step_shown == [1, 1, 0], "…and sent; its own request's record came first"
+    assert len(scripted.requests) == 3
+    assert all(r.status == RequestStatus.DONE for r in ModelRequest.objects.filter(session=scripted_session))
+
+
+def test_the_last_requests_bytes_are_kept_once_as_the_action_ends(
+    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path
+) -> None:
+    _two_reads_then_answer(scripted, workspace_dir)
+    with CaptureQueriesContext(connection) as queries:
+        for _ in ReplyLoop(scripted_session).send("read it twice"):
+            pass
+    kept = [q["sql"] for q in queries.captured_queries if "sessions_app_lastrequest" in q["sql"]]
+    assert len([sql for sql in kept if sql.startswith("INSERT")]) == 1, kept
+    last = ModelRequest.objects.filter(session=scripted_session).order_by("-id").first()
+    body = bytes(LastRequest.objects.get(session=scripted_session).body)
+    assert last is not None and hashlib.sha256(body).hexdigest() == last.body_sha256
+    assert body == scripted.requests[-1]
+    scripted.push(Step(text="Again."))
+    for _ in ReplyLoop(scripted_session).send("and now?"):
+        pass
+    newest = ModelRequest.objects.filter(session=scripted_session).order_by("-id").first()
+    assert newest is not None and newest.break_cause == BreakCause.NEW_TURN
+    assert newest.shared_prefix_bytes >= newest.expected_shared_bytes > 0
+
+
+def test_a_reply_stopped_between_steps_records_everything_and_keeps_the_last_request(
+    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path
+) -> None:
+    (workspace_dir / "a.py").write_text("print('a')\n")
+    scripted.push(Step(tool_calls=[("read", {"path": "a.py"})]))
+    scripted.push(Step(text="x" * 400, chunk_size=4, delay=0.01))
+    cancel = threading.Event()
+    seen: list[ReplyEvent] = []
+    for event in ReplyLoop(scripted_session, cancel=cancel).send("read, then talk"):
+        seen.append(event)
+        if isinstance(event, TextDelta):
+            cancel.set()
+    assert isinstance(seen[0], TurnStarted) and isinstance(seen[-1], TurnEnded)
+    assert seen[-1].turn.status == TurnStatus.INTERRUPTED
+    assert [type(e) for e in seen if isinstance(e, StepStored | ResultStored | RequestFinished | RequestStarted)] == [
+        RequestStarted,
+        RequestFinished,
+        StepStored,
+        ResultStored,
+        RequestStarted,
+        RequestFinished,
+    ]
+    statuses = list(
+        ModelRequest.objects.filter(session=scripted_session).order_by("id").values_list("status", flat=True)
+    )
+    assert statuses == [RequestStatus.DONE, RequestStatus.FAILED]
+    previous = previous_request(scripted_session)
+    assert previous.known and previous.body == scripted.requests[-1]
+
+
+def test_a_closed_action_still_records_the_answer_it_held(
+    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path
+) -> None:
+    _two_reads_then_answer(scripted, workspace_dir)
+    action = ReplyLoop(scripted_session).send("read it twice")
+    for event in action:
+        if isinstance(event, ResultStored):
+            break  # the step's answer and result are out; the next request is on its way
+    action.close()
+    statuses = list(
+        ModelRequest.objects.filter(session=scripted_session).order_by("id").values_list("status", flat=True)
+    )
+    assert statuses[0] == RequestStatus.DONE and RequestStatus.SENDING not in statuses, statuses
+    assert previous_request(scripted_session).known
