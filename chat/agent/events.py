@@ -71,16 +71,19 @@ class CacheChecked:
 
 @dataclass(frozen=True)
 class StepStored:
-    """A step of the reply is stored as the model sent it; its calls are about to run."""
+    """A step of the reply is stored as the model sent it; ``revision`` is the session's once it was (the
+    event may be yielded later, after the step's results are stored too)."""
 
     step: Step
+    revision: int
 
 
 @dataclass(frozen=True)
 class ResultStored:
-    """A tool call's result is stored with its id."""
+    """A tool call's result is stored with its id; ``revision`` is the session's once it was."""
 
     result: Result
+    revision: int
 
 
 @dataclass(frozen=True)

@@ -651,9 +651,9 @@ class ReplyLoop:
             builder.add_assistant(step)
             if not calls:
                 yield from self._release()
-                yield StepStored(step)
+                yield StepStored(step, turn.revision)
                 return turn_finish(turn=turn)
-            self._held.append(StepStored(step))  # its events follow once the next request is sent
+            self._held.append(StepStored(step, turn.revision))  # its events follow once the next request is sent
             for call in step.tool_calls:
                 if self.cancel.is_set():
                     break
@@ -671,7 +671,7 @@ class ReplyLoop:
                 )
                 table.append(prior_result(result))
                 builder.add_result(result)
-                self._held.append(ResultStored(result))
+                self._held.append(ResultStored(result, turn.revision))
             if self.cancel.is_set():
                 raise ModelCancelled(STOPPED, url=self.model.url)
         yield from self._release()

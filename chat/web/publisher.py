@@ -328,7 +328,7 @@ class Publisher:
         view = step_view(step, [])
         self.group(
             [fragments.step_put(view, session_id=turn.session_id, turn_number=turn.number, open=True)],
-            rev=turn.revision,
+            rev=event.revision,
         )
         self.put(_Delta(turn.number, step.number + 1, "text", ""))
 
@@ -336,7 +336,7 @@ class Publisher:
         result = event.result
         row = row_for_result(result)
         if row is not None:
-            self.group([fragments.row_put(row, session_id=result.session_id)], rev=result.turn.revision)
+            self.group([fragments.row_put(row, session_id=result.session_id)], rev=event.revision)
 
     def _turn_ended(self, event: TurnEnded) -> None:
         view = single_turn(event.turn, running=False)
