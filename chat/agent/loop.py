@@ -535,9 +535,7 @@ class ReplyLoop:
         endpoint = self.session.endpoint
         if not server_api.may_render(endpoint.base_url):
             return
-        promised = sum(
-            1 for index in range(len(built.messages)) if built.message_end(index) <= request.expected_shared_bytes
-        )
+        promised = built.messages_within(request.expected_shared_bytes)
         check = _cache_checker().submit(
             check_request,
             base_url=endpoint.base_url,

@@ -547,9 +547,14 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+NO_DELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+
+
 def new_client() -> httpx.Client:
-    """A client for model requests; one shared by several requests keeps its connection to the server open."""
-    return httpx.Client(verify=_ssl_context())
+    """A client for model requests; one shared by several requests keeps its connection to the server open.
+    A request's head and body go out at once, not after the server acknowledges the head (Nagle)."""
+    context = _ssl_context()
+    return httpx.Client(verify=context, transport=httpx.HTTPTransport(verify=context, socket_options=NO_DELAY))
 
 
 def _is_event_stream(content_type: str) -> bool:

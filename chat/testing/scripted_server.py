@@ -198,6 +198,7 @@ class _Closed(Exception):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # each event goes out when written, as a streaming server sends it
     server: _HTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -33,6 +34,15 @@ class BuiltRequest:
         if index + 1 < len(self.message_offsets):
             return self.message_offsets[index + 1] - 1
         return len(self.body) - 2
+
+    def messages_within(self, size: int) -> int:
+        """How many messages, from the first, end within the first ``size`` bytes (a binary search: a long
+        session's request holds thousands)."""
+        offsets = self.message_offsets
+        whole = bisect.bisect_right(offsets, size + 1, 1) - 1  # message i ends at offsets[i + 1] - 1
+        if whole == len(offsets) - 1 and self.message_end(whole) <= size:
+            whole += 1
+        return whole
 
 
 def assistant_message(step: Step) -> dict[str, Any]:

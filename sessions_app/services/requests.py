@@ -98,8 +98,8 @@ def request_record_start(
     previous: PreviousRequest,
 ) -> tuple[ModelRequest, PreviousRequest]:
     """Write the request's row before it is sent, with its prefix verdict against ``previous``; the
-    request becomes what the next one is compared with (its bytes are kept by :func:`request_last_keep`)."""
-    commit_without_waiting_for_disk()
+    request becomes what the next one is compared with (its bytes are kept by :func:`request_last_keep`).
+    Its commit waits for the disk, and so flushes the results stored since the last one that did."""
     verdict = prefix_verdict(
         previous=previous.body,
         built=built,

@@ -12,6 +12,7 @@ from sessions_app.hygiene import PriorResult, Rendered, args_key, render_result
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.hygiene.outcomes import EditOutcome, Outcome, ReadOutcome
 from sessions_app.models import Result, Step, Turn
+from sessions_app.services.durability import commit_without_waiting_for_disk
 from sessions_app.services.revisions import turn_revision_next
 from sessions_app.text import storable, storable_json
 
@@ -52,7 +53,10 @@ def result_insert(
     """Give the outcome the session's next id under the session row's lock and store it in full.
 
     ``table`` is the dedupe table, the results of this reply so far (read from the store when not given).
+    The commit does not wait for the disk: the next request's record or the turn's end, which always follow,
+    do (``sessions_app.services.durability``).
     """
+    commit_without_waiting_for_disk()
     _, taken = turn_revision_next(turn, result_number=True)
     assert taken is not None
     number = taken

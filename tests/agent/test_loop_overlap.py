@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,7 @@ def test_a_closed_action_still_records_the_answer_it_held(
 ) -> None:
     _two_reads_then_answer(scripted, workspace_dir)
     action = ReplyLoop(scripted_session).send("read it twice")
+    assert isinstance(action, Generator)
     for event in action:
         if isinstance(event, ResultStored):
             break  # the step's answer and result are out; the next request is on its way
@@ -139,3 +141,28 @@ def test_a_closed_action_still_records_the_answer_it_held(
     )
     assert statuses[0] == RequestStatus.DONE and RequestStatus.SENDING not in statuses, statuses
     assert previous_request(scripted_session).known
+
+
+def test_a_steps_results_reach_the_disk_with_the_next_requests_record(
+    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path
+) -> None:
+    (workspace_dir / "a.py").write_text("print('a')\n")
+    scripted.push(Step(tool_calls=[("read", {"path": "a.py"}), ("read", {"path": "a.py", "limit": 1})]))
+    scripted.push(Step(text="Done."))
+    with CaptureQueriesContext(connection) as queries:
+        for _ in ReplyLoop(scripted_session).send("read it"):
+            pass
+    statements = [q["sql"] for q in queries.captured_queries]
+    no_wait = "SET LOCAL synchronous_commit = off"
+
+    def waits(index: int) -> bool:
+        """Whether the transaction of the statement at ``index`` waits for the disk as it commits."""
+        return statements[index - 1] != no_wait and statements[index - 2] != no_wait
+
+    results = [i for i, sql in enumerate(statements) if sql.startswith('INSERT INTO "sessions_app_result"')]
+    requests = [i for i, sql in enumerate(statements) if sql.startswith('INSERT INTO "sessions_app_modelrequest"')]
+    steps = [i for i, sql in enumerate(statements) if sql.startswith('INSERT INTO "sessions_app_step"')]
+    assert len(results) == 2 and len(requests) == 2 and len(steps) == 2
+    assert not any(waits(i) for i in results), "a result's commit does not wait…"
+    assert requests[1] > results[-1] and waits(requests[1]), "…the next request's record, after them, does"
+    assert all(waits(i) for i in steps)
