@@ -15,7 +15,9 @@ services. Then, for each side:
   whole transcript; NEW: the answer to a hello naming what the page shows, and a cold hello naming nothing):
   bytes, the largest message, and whether it worked (the close code when not);
 - **gap**: turns of ten steps (nine reads, then an answer) in the largest session: the time from the model's
-  last byte of a step to the next request's arrival at the model server (the read tool's own time included);
+  last byte of a step to the next request's arrival at the model server (the read tool's own time included),
+  once with each tool call answered at once and once streamed over about 0.2 s, as a model takes time to write
+  one (what the side does while the model works then stays out of the gap);
 - **streaming**: 1, 10, 50 and 100 sessions each asked at once for a reply of 100 pieces at 50 pieces a second:
   time to the first piece at the tab's socket, relay latency (piece written by the model server to piece
   read from the tab's socket), Daphne's CPU per piece, and errors (a tab that never went idle, closed, or
@@ -59,6 +61,7 @@ OLD_COMMIT = "da8fbd3"
 PIECES = 100
 PIECE_DELAY = 0.02  # 50 pieces a second
 TOOL_STEPS = 10
+SLOW_CALL_DELAY = 0.03  # between a tool call's events (7 of 12 characters): about 0.2 s, as a model writes one
 MARKER = re.compile(r"q\d{5}p\d{3}")
 IDLE = re.compile(r'data-state=\\?"idle')
 ERROR_NOTICE = re.compile(r'class=\\?"notice error')
@@ -142,9 +145,12 @@ def _step_for(scripted: Any, body: bytes, number: int, entry: dict[str, Any]) ->
         return scripted.Step(text=text, chunk_size=11, delay=PIECE_DELAY)
     if "BENCH-TOOLS" in words:
         entry["kind"] = "tools"
+        slow = "BENCH-TOOLS-SLOW" in words
         done = sum(1 for message in messages[last_user:] if message.get("role") == "tool")
         if done < TOOL_STEPS - 1:
             args = {"path": f"src/f{done % 3}.py", "offset": 1 + 20 * done, "limit": 100}
+            if slow:
+                return scripted.Step(tool_calls=[("read", args)], chunk_size=12, delay=SLOW_CALL_DELAY)
             return scripted.Step(tool_calls=[("read", args)])
         return scripted.Step(text="Read them all.")
     return scripted.Step(text="Fine.")
@@ -649,7 +655,9 @@ class GapFigure:
     cpu_ms_per_step: float
 
 
-async def measure_gap(side: Side, session_id: int, model_port: int, turns: int) -> GapFigure:
+async def measure_gap(
+    side: Side, session_id: int, model_port: int, turns: int, *, words: str = "BENCH-TOOLS: read them"
+) -> GapFigure:
     """Turns of ten steps asked from a tab; where the tab cannot open (OLD on a long session), with ``ask``."""
     tab: Tab | None
     try:
@@ -661,7 +669,6 @@ async def measure_gap(side: Side, session_id: int, model_port: int, turns: int) 
     cpu_before = _cpu_seconds(side.pid)
     for _ in range(turns):
         await _model_times(model_port)
-        words = "BENCH-TOOLS: read them"
         if tab is not None:
             start = len(tab.got)
             tab.send({"type": "send", "text": words})
@@ -755,6 +762,7 @@ class SideFigures:
     reconnect: dict[int, SocketFigure] = field(default_factory=dict)
     cold: dict[int, SocketFigure] = field(default_factory=dict)
     gap: GapFigure | None = None
+    gap_slow: GapFigure | None = None
     streams: dict[int, StreamFigure] = field(default_factory=dict)
     read_ms: float = 0.0
     build_ms: dict[int, float] = field(default_factory=dict)
@@ -864,6 +872,14 @@ def run_side(side: Side, sizes: list[int], streams: list[int], gap_turns: int, m
             f"Daphne CPU {figures.gap.cpu_ms_per_step:.1f} ms/step",
             flush=True,
         )
+        figures.gap_slow = asyncio.run(
+            measure_gap(side, largest, model_port, gap_turns, words="BENCH-TOOLS-SLOW: read them")
+        )
+        print(
+            f"  {side.name} gap, calls written over 0.2 s: p50 {_pct(figures.gap_slow.gaps_ms, 0.5):.1f} ms, p95 "
+            f"{_pct(figures.gap_slow.gaps_ms, 0.95):.1f} ms (ok={figures.gap_slow.ok})",
+            flush=True,
+        )
         for count in streams:
             ids = [int(i) for i in side.built["streaming"][:count]]
             with _profiled(side, f"stream{count}"):
@@ -958,6 +974,10 @@ def report(results: dict[str, SideFigures], sizes: list[int], streams: list[int]
         vo = _pct(old.gap.gaps_ms, q) if old.gap else nan
         vn = _pct(new.gap.gaps_ms, q) if new.gap else nan
         _row(f"gap model → next request, {sizes[-1]} turns{how}, {label}", _ms(vo), _ms(vn), _ratio(vo, vn))
+    for label, q in (("p50", 0.5), ("p95", 0.95)):
+        vo = _pct(old.gap_slow.gaps_ms, q) if old.gap_slow else nan
+        vn = _pct(new.gap_slow.gaps_ms, q) if new.gap_slow else nan
+        _row(f"gap, tool calls written over about 0.2 s, {label}", _ms(vo), _ms(vn), _ratio(vo, vn))
     _row("of which the read tool's own time, median", _ms(old.read_ms), _ms(new.read_ms))
     cpu_old = old.gap.cpu_ms_per_step if old.gap and old.gap.via_tab else nan
     cpu_new = new.gap.cpu_ms_per_step if new.gap else nan
