@@ -449,3 +449,17 @@ def transcript_page(
 
 def single_turn(turn: Turn, *, running: bool) -> TurnView:
     return turn_views([turn], running=running, last_number=last_live_number(turn.session_id))[0]
+
+
+def started_turn(turn: Turn) -> TurnView:
+    """The view of a turn whose reply just started: the last live turn, with no step, result or draft yet (one
+    query, for the turns beside it)."""
+    siblings = _siblings([turn])
+    return TurnView(
+        turn=turn,
+        steps=[],
+        running=True,
+        is_last=True,
+        draft=None,
+        siblings=siblings.get(turn.parent_id, (turn.number,)),
+    )

@@ -40,7 +40,14 @@ from chat.agent.events import (
     taken_back_text,
 )
 from chat.web import chart, fragments, live_markdown
-from chat.web.display import CompactionView, row_for_result, single_turn, step_view, transcript_page
+from chat.web.display import (
+    CompactionView,
+    row_for_result,
+    single_turn,
+    started_turn,
+    step_view,
+    transcript_page,
+)
 from chat.web.messages import Op, live_messages, pack, utf16_length
 from sessions_app.models import ChatSession, ModelRequest, RequestKind, RequestStatus
 
@@ -283,7 +290,7 @@ class Publisher:
 
     def _turn_started(self, event: TurnStarted) -> None:
         turn = event.turn
-        view = single_turn(turn, running=True)
+        view = started_turn(turn)
         self.session.refresh_from_db(fields=["title"])
         self.group(
             [

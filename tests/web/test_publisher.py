@@ -12,10 +12,13 @@ import pytest
 from chat.agent.events import ResultStored, StepStored
 from chat.agent.loop import ReplyLoop
 from chat.testing.scripted_server import ScriptedServer, Step
-from chat.web.display import row_for_result
+from chat.web import fragments
+from chat.web.display import row_for_result, single_turn, started_turn
 from chat.web.publisher import Publisher, _Item, _Send
 from chat.web.sync import PageState, catch_up
 from sessions_app.models import ChatSession
+from sessions_app.services.turns import step_record, turn_fail, turn_finish, turn_start
+from sessions_app.services.undo import turn_edit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -56,3 +59,25 @@ def test_a_step_published_after_its_results_were_stored_carries_its_own_revision
     assert step_revision == steps[0].revision < row_revision == results[0].revision
     caught = catch_up(scripted_session.pk, PageState(revision=step_revision, first_turn=1, last_bar=0))
     assert any(row.dom_id in text for text in caught.messages), "a tab that has the step but not the row gets it"
+
+
+def test_a_started_turn_is_shown_as_the_full_view_shows_it(chat_session: ChatSession) -> None:
+    first = turn_start(session=chat_session, words="first", today="2026-12-01", instructions=None)
+    views = [(started_turn(first), single_turn(first, running=True))]
+    step_record(turn=first, number=1, text="One.", reasoning="", tool_calls=[], finish_reason="stop")
+    turn_finish(turn=first)
+    second = turn_start(session=chat_session, words="second", today="2026-12-01", instructions=None)
+    turn_fail(turn=second, error="Stopped.")
+    _, branch = turn_edit(
+        session=chat_session, turn=second.number, words="second, again", today="2026-12-01", instructions=None
+    )
+    views.append((started_turn(branch), single_turn(branch, running=True)))
+    assert views[1][0].siblings == (second.number, branch.number)
+    for started, full in views:
+        assert (started.siblings, started.is_last, started.steps, started.draft) == (
+            full.siblings,
+            full.is_last,
+            full.steps,
+            full.draft,
+        )
+        assert fragments.turn_put(started).html == fragments.turn_put(full).html
