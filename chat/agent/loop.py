@@ -197,6 +197,7 @@ class ReplyLoop:
         self._given_model = model
         self._previous: PreviousRequest | None = None
         self._builder: RequestBuilder | None = None
+        self._history: RequestBuilder | None = None  # the next turn's history, read for the compaction check
         self._open: Turn | None = None
         self._counter: RequestCounter | None = None
         self._checks: list[_PendingCheck] = []
@@ -223,6 +224,7 @@ class ReplyLoop:
                     self._client = None
                 self._previous = None
                 self._builder = None
+                self._history = None
                 self._open = None
                 self._counter = None
 
@@ -378,13 +380,14 @@ class ReplyLoop:
             config=self.config,
         )
         counter = self.counter
-        first = build_request(self.session, current=None, model_name=self.session.model_name, extra_user=message)
+        history = RequestBuilder(self.session, model_name=self.session.model_name, current=None)
+        first = history.build(extra_user=message)
         if not counter.past_threshold(counter.count(first)):
+            self._history = history  # the turn's first request starts from the same history, read once
             return
-        built = build_request(
-            self.session, current=None, model_name=self.session.model_name, extra_user=prompts.compact_task()
-        )
+        built = history.build(extra_user=prompts.compact_task())
         if not counter.fits(counter.count(built)):
+            self._history = history
             return  # the turn's first step finds it does not fit either, and says what to do
         try:
             yield from self._compact(built)
@@ -590,7 +593,12 @@ class ReplyLoop:
     def _reply(self, turn: Turn, *, again: bool = False) -> Iterator[ReplyEvent]:
         """Run the reply to the open ``turn`` until the model answers without a tool call."""
         self._open = turn
-        self._builder = RequestBuilder(self.session, model_name=self.session.model_name, current=turn)
+        history, self._history = self._history, None
+        if history is not None and history.generation.pk == turn.generation_id:
+            history.open(turn)
+            self._builder = history
+        else:
+            self._builder = RequestBuilder(self.session, model_name=self.session.model_name, current=turn)
         yield TurnStarted(turn, again=again)
         try:
             turn = yield from self._steps(turn)

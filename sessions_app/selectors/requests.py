@@ -131,6 +131,14 @@ class RequestBuilder:
             for step in steps:
                 self.add_step(step, [result for result in results if result.step_id == step.pk])
 
+    def open(self, turn: Turn) -> None:
+        """Go on with ``turn``, started after the history this builder holds (made with ``current`` None): its
+        message, as a builder made afresh for it would read it."""
+        if self.turn_user_index and turn.number <= max(self.turn_user_index):
+            raise ValueError(f"turn {turn.number} does not follow the history this builder holds")
+        self.turn_user_index[turn.number] = len(self.messages)
+        self._add({"role": "user", "content": turn.message})
+
     def _add(self, message: dict[str, Any]) -> None:
         encoded = (("," if self.messages else "") + dumps(message)).encode()
         self.offsets.append(self.size + (1 if self.messages else 0))

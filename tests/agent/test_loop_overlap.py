@@ -8,6 +8,7 @@ import hashlib
 import threading
 from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -26,7 +27,7 @@ from chat.agent.events import (
 from chat.agent.loop import ReplyLoop
 from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, TurnStatus
-from sessions_app.selectors.requests import previous_request
+from sessions_app.selectors.requests import RequestBuilder, previous_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -166,3 +167,22 @@ def test_a_steps_results_reach_the_disk_with_the_next_requests_record(
     assert not any(waits(i) for i in results), "a result's commit does not wait…"
     assert requests[1] > results[-1] and waits(requests[1]), "…the next request's record, after them, does"
     assert all(waits(i) for i in steps)
+
+
+def test_a_new_turns_history_is_read_once(
+    scripted_session: ChatSession, scripted: ScriptedServer, settings: Any
+) -> None:
+    settings.CACHET_CHECK_REQUESTS = False  # that check reads the history again at every step, by design
+    scripted.push(Step(text="First."))
+    for _ in ReplyLoop(scripted_session).send("one"):
+        pass
+    scripted.push(Step(text="Second."))
+    with CaptureQueriesContext(connection) as queries:
+        for _ in ReplyLoop(scripted_session).send("two"):
+            pass
+    reasoning_reads = [q["sql"] for q in queries.captured_queries if '"reasoning" AS "reasoning"' in q["sql"]]
+    assert len(reasoning_reads) == 1, "the compaction check's history is the request's history"
+    second = scripted_session.turns.order_by("-number").first()
+    assert second is not None
+    afresh = RequestBuilder(scripted_session, model_name=scripted_session.model_name, current=second, upto_step=0)
+    assert scripted.requests[-1] == afresh.build().body
