@@ -13,7 +13,7 @@ from sessions_app.hygiene.config import ContextConfig
 from sessions_app.hygiene.outcomes import EditOutcome, Outcome, ReadOutcome
 from sessions_app.models import Result, Step, Turn
 from sessions_app.services.durability import commit_without_waiting_for_disk
-from sessions_app.services.revisions import turn_revision_next
+from sessions_app.services.revisions import result_number_next
 from sessions_app.text import storable, storable_json
 
 
@@ -57,9 +57,7 @@ def result_insert(
     do (``sessions_app.services.durability``).
     """
     commit_without_waiting_for_disk()
-    _, taken = turn_revision_next(turn, result_number=True)
-    assert taken is not None
-    number = taken
+    number = result_number_next(turn)
     key = storable(args_key(arguments))  # as stored, so it matches the keys of earlier results
     rendered: Rendered = render_result(
         number=number,
