@@ -144,7 +144,7 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 5000}}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "cachet.channel_layer.LocalChannelLayer", "CONFIG": {"capacity": 5000}}}
 
 # The login failure counters and rendered markdown: shared through Redis where several processes serve.
 if REDIS_URL:

@@ -18,7 +18,7 @@ from django.contrib.sessions.backends.base import SessionBase
 from chat.web import fragments, jobs
 from chat.web.forms import model_for, parse_model_choice
 from chat.web.messages import Op, pack
-from chat.web.publisher import session_group
+from chat.web.publisher import MESSAGE_TYPE, session_group
 from chat.web.sync import PageState, catch_up, chart_page_put
 from sessions_app.errors import ReplyInProgress
 from sessions_app.models import ChatSession
@@ -133,8 +133,13 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if self.joined:
             await self.channel_layer.group_discard(session_group(self.session_id), self.channel_name)
 
-    async def cachet_message(self, event: dict[str, Any]) -> None:
-        await self.send(text_data=event["text"])
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # What a reply sends its tabs is relayed as it is: no database, so not the thread hop Channels makes
+        # before every handler to close stale connections (once per streamed message per tab).
+        if message.get("type") == MESSAGE_TYPE:
+            await self.send(text_data=message["text"])
+            return
+        await super().dispatch(message)
 
     async def show(self, *ops: Op) -> None:
         for text in pack(list(ops)):
@@ -254,9 +259,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         put = await database_sync_to_async(fragments.mode_put)(session)
         for text in pack([put]):
-            await self.channel_layer.group_send(
-                session_group(self.session_id), {"type": "cachet.message", "text": text}
-            )
+            await self.channel_layer.group_send(session_group(self.session_id), {"type": MESSAGE_TYPE, "text": text})
         await self.notice(f"Mode {session.mode}: it takes effect as a note on your next message.", level="info")
 
     async def change_model(self, session: ChatSession, endpoint: object, model: object) -> None:
@@ -277,4 +280,4 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         group = session_group(self.session_id)
         for text in pack(change.ops, rev=change.revision):
-            await self.channel_layer.group_send(group, {"type": "cachet.message", "text": text})
+            await self.channel_layer.group_send(group, {"type": MESSAGE_TYPE, "text": text})

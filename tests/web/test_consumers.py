@@ -22,6 +22,7 @@ from cachet.asgi import application
 from chat.testing.scripted_server import ScriptedServer, Step
 from chat.web import jobs
 from chat.web.messages import MESSAGE_LIMIT
+from chat.web.publisher import MESSAGE_TYPE, session_group
 from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Turn, TurnStatus
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -453,6 +454,33 @@ async def test_mode_size_and_malformed_messages(
     assert await database_sync_to_async(Turn.objects.count)() == 0
     await communicator.disconnect()
     await watcher.disconnect()
+
+
+async def test_relayed_messages_go_straight_to_the_socket_and_the_tabs_own_go_through_the_store_check(
+    live_session: ChatSession, ada_cookie: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import channels.consumer
+
+    hops: list[str] = []
+    plain = channels.consumer.aclose_old_connections
+
+    async def counted() -> None:
+        hops.append("close old connections")
+        await plain()
+
+    monkeypatch.setattr(channels.consumer, "aclose_old_connections", counted)
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    layer = get_channel_layer()
+    assert layer is not None
+    hops.clear()
+    for number in range(3):
+        await layer.group_send(session_group(live_session.pk), {"type": MESSAGE_TYPE, "text": f'{{"n": {number}}}'})
+    assert [await communicator.receive_from(timeout=5) for _ in range(3)] == ['{"n": 0}', '{"n": 1}', '{"n": 2}']
+    assert hops == []
+    await communicator.send_json_to({"type": "mode", "mode": "plan"})
+    await until(communicator, got, lambda m: "takes effect as a note" in json.dumps(m))
+    assert hops == ["close old connections"]
+    await communicator.disconnect()
 
 
 async def test_a_logged_out_tab_is_closed_on_its_next_message(live_session: ChatSession, ada_cookie: str) -> None:
