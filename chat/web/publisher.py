@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 
 COALESCE_SECONDS = 0.05
 RENDER_SECONDS = 0.1
-RENDER_SHARE = 0.2  # of the time between renders, at most, spent rendering: a costly tail renders less often
+RENDER_SHARE = 0.2  # of the process's time, at most, spent rendering the live text of all replies streaming
 MESSAGE_TYPE = "cachet.message"
 COMPACTING = "Compacting…"
 
@@ -144,6 +144,12 @@ class Relay:
             logger.warning("session %s: could not send an update to the page", self.session_id, exc_info=True)
 
     async def _run(self) -> None:
+        try:
+            await self._relay()
+        finally:
+            _streaming.discard(self)
+
+    async def _relay(self) -> None:
         while True:
             if not self._items and not self._closed:
                 self._waiting = True
@@ -179,16 +185,15 @@ class Relay:
         if self._render_wait() != 0.0:
             return
         turn, text = self.turn, self.text
-        started = time.monotonic()
-        piece = await asyncio.to_thread(self.rendered.advance, text)
-        cost = time.monotonic() - started
+        piece, cost = await asyncio.to_thread(_advance, self.rendered, text)
         self._rendered_at = time.monotonic()
-        self._render_gap = max(RENDER_SECONDS, cost / RENDER_SHARE)
+        self._render_gap = render_gap(cost, streaming=len(_streaming))
         for message in pack(live_markdown.piece_puts(turn, piece)):
             await self._send(message, None)
 
     async def _start_step(self, turn: int, step: int) -> None:
         if (turn, step) != (self.turn, self.step):
+            _streaming.add(self)
             self.turn, self.step = turn, step
             self.text, self.reasoning, self.calls = "", "", []
             self.rendered = live_markdown.LiveMarkdown()
@@ -253,6 +258,22 @@ class Relay:
             reset=True,
         ):
             await self._send(message, reply_to)
+
+
+_streaming: set[Relay] = set()  # the relays of this process that have streamed a step's text
+
+
+def render_gap(cost: float, *, streaming: int) -> float:
+    """Seconds until a step's live text is rendered again, its last render having taken ``cost`` seconds of
+    processor time: a costly tail renders less often, and so does each of many replies streaming at once."""
+    return max(RENDER_SECONDS, cost * max(1, streaming) / RENDER_SHARE)
+
+
+def _advance(rendered: live_markdown.LiveMarkdown, text: str) -> tuple[live_markdown.LivePiece, float]:
+    """The rendered piece, and the processor time it took."""
+    started = time.thread_time()
+    piece = rendered.advance(text)
+    return piece, time.thread_time() - started
 
 
 class Publisher:

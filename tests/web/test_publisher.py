@@ -14,7 +14,7 @@ from chat.agent.loop import ReplyLoop
 from chat.testing.scripted_server import ScriptedServer, Step
 from chat.web import fragments
 from chat.web.display import row_for_result, single_turn, started_turn
-from chat.web.publisher import Publisher, _Item, _Send
+from chat.web.publisher import RENDER_SECONDS, RENDER_SHARE, Publisher, _Item, _Send, render_gap
 from chat.web.sync import PageState, catch_up
 from sessions_app.models import ChatSession
 from sessions_app.services.turns import step_record, turn_fail, turn_finish, turn_start
@@ -81,3 +81,12 @@ def test_a_started_turn_is_shown_as_the_full_view_shows_it(chat_session: ChatSes
             full.draft,
         )
         assert fragments.turn_put(started).html == fragments.turn_put(full).html
+
+
+def test_live_text_renders_at_most_every_tenth_of_a_second_and_less_often_as_it_costs_more_or_many_stream() -> None:
+    assert render_gap(0.001, streaming=1) == RENDER_SECONDS
+    assert render_gap(0.001, streaming=0) == RENDER_SECONDS
+    assert render_gap(0.05, streaming=1) == pytest.approx(0.05 / RENDER_SHARE)
+    # Fifty replies streaming at once share the same part of the process as one did.
+    assert render_gap(0.004, streaming=50) == pytest.approx(50 * 0.004 / RENDER_SHARE)
+    assert render_gap(0.004, streaming=50) == pytest.approx(1.0)
