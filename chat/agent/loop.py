@@ -24,8 +24,10 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
 import httpx
@@ -186,8 +188,12 @@ class ReplyLoop:
         date: str | None = None,
         max_steps: int | None = None,
         client_timeouts: Timeouts | None = None,
+        waiting: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
     ) -> None:
+        """``waiting`` is entered around every wait on something outside the process (the model's answer, a
+        tool, a cache check): the web process lets another reply do its own work meanwhile."""
         self.session = session
+        self.waiting = waiting
         self.cancel = cancel or threading.Event()
         self.config = config or prompts.rules_config()
         self.date = date
@@ -460,21 +466,22 @@ class ReplyLoop:
         started = time.monotonic()
         answer = self.model.stream(built.body, cancel=self.cancel)
         try:
-            answer.start()
-            yield from self._release()
-            yield from self._checks_stored(wait=False)
-            yield RequestStarted(request)
-            for piece in answer:
-                if isinstance(piece, TextPiece):
-                    streamed.text += piece.text
-                    yield TextDelta(number, step_number, piece.text)
-                elif isinstance(piece, ReasoningPiece):
-                    streamed.reasoning += piece.text
-                    yield ReasoningDelta(number, step_number, piece.text)
-                elif isinstance(piece, ToolCallPiece):
-                    yield ToolCalled(number, step_number, piece.name)
-                if shown is not None:
-                    self._save_draft(shown, step_number, streamed, idle=isinstance(piece, Idle))
+            with self.waiting():  # from the request on: what runs meanwhile waits for the model anyway
+                answer.start()
+                yield from self._release()
+                yield from self._checks_stored(wait=False)
+                yield RequestStarted(request)
+                for piece in answer:
+                    if isinstance(piece, TextPiece):
+                        streamed.text += piece.text
+                        yield TextDelta(number, step_number, piece.text)
+                    elif isinstance(piece, ReasoningPiece):
+                        streamed.reasoning += piece.text
+                        yield ReasoningDelta(number, step_number, piece.text)
+                    elif isinstance(piece, ToolCallPiece):
+                        yield ToolCalled(number, step_number, piece.name)
+                    if shown is not None:
+                        self._save_draft(shown, step_number, streamed, idle=isinstance(piece, Idle))
         except GeneratorExit:
             _finish(request, None, started=started, error=STOPPED)
             raise
@@ -562,7 +569,10 @@ class ReplyLoop:
                 continue
             request = item.request
             try:
-                check = item.check.result(timeout=CHECK_WAIT_SECONDS)
+                if not item.check.done():
+                    with self.waiting():
+                        futures.wait([item.check], timeout=CHECK_WAIT_SECONDS)
+                check = item.check.result(timeout=0)
                 if check is None:
                     continue
                 request_record_cache_check(
@@ -663,7 +673,9 @@ class ReplyLoop:
             for call in step.tool_calls:
                 if self.cancel.is_set():
                     break
-                arguments, outcome = call_tool(call["name"], call["arguments"], _as_now(context, session))
+                now = _as_now(context, session)
+                with self.waiting():
+                    arguments, outcome = call_tool(call["name"], call["arguments"], now)
                 result = result_insert(
                     turn=turn,
                     step=step,

@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 STOP = "reply.stop"
 LIVE = "reply.live"
 STOPPED_WAITING = "Stopped before it started; nothing was sent to the model."
+BATON_PATIENCE_SECONDS = 1.0
 
 
 class ReplySlots:
@@ -94,6 +95,60 @@ class ReplySlots:
 
 
 SLOTS = ReplySlots()
+
+
+class Baton:
+    """One reply thread of the process at a time holds the baton to do its own work (storing, building,
+    rendering); the others wait for it.
+
+    Reply threads share one interpreter with the event loop that relays every reply's text to its tabs. When
+    fifty replies start or end at once, each thread got its share of the interpreter and the relay only one
+    share of fifty-one, so a streamed piece waited behind all of them. A holder sets the baton down while it
+    waits on something else (the model's answer, a tool), and a thread that waited ``patience`` seconds goes
+    on without it: nothing ever waits long on a holder that waits in turn.
+    """
+
+    def __init__(self, *, patience: float) -> None:
+        self.patience = patience
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    @property
+    def held(self) -> bool:
+        """Whether this thread holds the baton."""
+        return bool(getattr(self._local, "held", False))
+
+    def _take(self) -> None:
+        self._local.held = self._lock.acquire(timeout=self.patience)
+
+    def _drop(self) -> None:
+        if self.held:
+            self._local.held = False
+            self._lock.release()
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Hold the baton (when it comes within ``patience``) for a job's work."""
+        self._local.working = True
+        self._take()
+        try:
+            yield
+        finally:
+            self._drop()
+            self._local.working = False
+
+    @contextlib.contextmanager
+    def set_down(self) -> Iterator[None]:
+        """Let another thread hold the baton meanwhile; within a job's work, wait for it again after."""
+        self._drop()
+        try:
+            yield
+        finally:
+            if getattr(self._local, "working", False):
+                self._take()
+
+
+BATON = Baton(patience=BATON_PATIENCE_SECONDS)
 
 
 def waiting_label(ahead: int) -> str:
@@ -244,7 +299,8 @@ class Job:
             return
         self.waiting = ""
         try:
-            self._run()
+            with BATON.holding():
+                self._run()
         finally:
             SLOTS.release()
 
@@ -263,7 +319,7 @@ class Job:
             session = ChatSession.objects.select_related("workspace", "endpoint").get(pk=self.session_id)
             publisher = Publisher(session, put=self.relay.put, reply_to=self.reply_to, label=self.action.label)
             publisher.group([fragments.controls_put(running=True, label=self.action.label)])
-            for event in self.action.events(ReplyLoop(session, cancel=self.cancel)):
+            for event in self.action.events(ReplyLoop(session, cancel=self.cancel, waiting=BATON.set_down)):
                 started_turn = started_turn or isinstance(event, TurnStarted)
                 publisher.publish(event)
         except ChatSession.DoesNotExist:

@@ -214,6 +214,83 @@ async def test_a_waiting_reply_can_be_stopped_and_gives_the_words_back(
         await communicator.disconnect()
 
 
+def test_one_thread_holds_the_baton_at_a_time_and_sets_it_down_while_it_waits() -> None:
+    baton = jobs.Baton(patience=5)
+    holders: list[str] = []
+    inside = 0
+    most = 0
+    lock = threading.Lock()
+    waiting_on_model = threading.Event()
+    model_answered = threading.Event()
+
+    def work(name: str, seconds: float) -> None:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+            holders.append(name)
+        time.sleep(seconds)
+        with lock:
+            inside -= 1
+
+    def waits_on_the_model() -> None:
+        with baton.holding():
+            assert baton.held
+            work("first, before the model", 0.05)
+            with baton.set_down():
+                assert not baton.held
+                waiting_on_model.set()
+                model_answered.wait(5)
+            assert baton.held
+            work("first, after the model", 0.05)
+        assert not baton.held
+
+    def works() -> None:
+        with baton.holding():
+            work("second", 0.2)
+
+    first = threading.Thread(target=waits_on_the_model)
+    first.start()
+    assert waiting_on_model.wait(5)
+    second = threading.Thread(target=works)
+    second.start()
+    time.sleep(0.05)
+    model_answered.set()  # the first wants the baton back while the second holds it
+    first.join(5)
+    second.join(5)
+    assert holders == ["first, before the model", "second", "first, after the model"]
+    assert most == 1
+
+
+def test_a_thread_that_waited_its_patience_goes_on_without_the_baton() -> None:
+    baton = jobs.Baton(patience=0.1)
+    taken = threading.Event()
+    release = threading.Event()
+
+    def holds() -> None:
+        with baton.holding():
+            taken.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=holds)
+    holder.start()
+    assert taken.wait(5)
+    started = time.monotonic()
+    with baton.holding():
+        assert not baton.held
+        with baton.set_down():
+            pass
+        assert not baton.held
+    assert 0.1 <= time.monotonic() - started < 2
+    release.set()
+    holder.join(5)
+    with baton.set_down():  # outside a job's work: nothing to set down, nothing taken after
+        pass
+    assert not baton.held
+    with baton.holding():
+        assert baton.held
+
+
 def test_the_setting_has_a_floor_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
     slots = jobs.ReplySlots()
     assert slots.acquire(limit=0, cancelled=lambda: False, waiting=lambda ahead: None)
