@@ -70,7 +70,7 @@ from chat.agent.model_client import (
     new_client,
 )
 from chat.agent.workspace import read_instructions, restore_files, tool_context
-from chat.tools import ToolContext, call_tool
+from chat.tools import ToolContext, call_tool, only_reads
 from sessions_app import prompts
 from sessions_app.errors import EmptySummary, StoreError, person_message
 from sessions_app.hygiene import PriorResult
@@ -663,6 +663,9 @@ class ReplyLoop:
                 tool_calls=calls,
                 finish_reason=completion.finish_reason,
                 drafted=(turn.pk, step_number) in self._drafted,
+                # Before a call that may change something runs, its step is on disk; a step that only reads
+                # or ends the reply gets there with the next request's record or the turn's end.
+                wait_for_disk=not all(only_reads(call["name"]) for call in calls),
             )
             builder.add_assistant(step)
             if not calls:

@@ -11,7 +11,17 @@ from .patch import apply_patch
 from .paths import resolve_in_workspace
 from .read import read
 from .recall import recall
-from .registry import MODE_CATEGORIES, TOOLS, TOOLS_BY_NAME, Tool, call_tool, listed_names, offered, tool_list
+from .registry import (
+    MODE_CATEGORIES,
+    TOOLS,
+    TOOLS_BY_NAME,
+    Tool,
+    call_tool,
+    listed_names,
+    offered,
+    only_reads,
+    tool_list,
+)
 from .run import run
 from .search import glob, grep
 
@@ -32,6 +42,7 @@ __all__ = [
     "listed_names",
     "multiedit",
     "offered",
+    "only_reads",
     "read",
     "recall",
     "resolve_in_workspace",

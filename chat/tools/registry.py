@@ -59,6 +59,12 @@ MODE_CATEGORIES: dict[str, frozenset[Category]] = {
 }
 
 
+def only_reads(name: str) -> bool:
+    """Whether a call of ``name`` can change nothing outside the store (a known tool of the read category)."""
+    tool = TOOLS_BY_NAME.get(name)
+    return tool is not None and tool.category == "read"
+
+
 def offered(*, allow_commands: bool) -> tuple[Tool, ...]:
     """The tools a session offers, in their fixed order; ``run`` only where commands are allowed."""
     return tuple(tool for tool in TOOLS if tool.category != "command" or allow_commands)

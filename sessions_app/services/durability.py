@@ -8,8 +8,12 @@ nothing can be half-written; a crash of Postgres or of the machine itself (not o
 
 A tool result's commit does not wait either, because what follows the results of a step is always a commit
 that does: the next request's record before that request is sent, or the turn's end. So every result is on
-disk before the model is asked again or the reply ends, at one flush a step instead of one a result. The
-person's message, the steps, the requests' records and the turn's end wait as always.
+disk before the model is asked again or the reply ends, at one flush a step instead of one a result.
+
+A step's commit waits only where one of its calls may change something outside the store (a write, an edit,
+a command): that step is on disk before the call runs. A step whose calls only read, or that ends the reply,
+changes nothing meanwhile, and reaches the disk with the same next commit. The person's message, the
+requests' records and the turn's end wait as always.
 """
 
 from __future__ import annotations

@@ -175,9 +175,13 @@ def step_record(
     tool_calls: list[StoredCall],
     finish_reason: str | None,
     drafted: bool = True,
+    wait_for_disk: bool = True,
 ) -> Step:
     """Store step ``number`` of a reply as the model sent it; its draft goes (``drafted`` false: none was
-    saved, so there is none to delete)."""
+    saved, so there is none to delete). ``wait_for_disk`` false: the caller's next commit waits for it
+    (``sessions_app.services.durability``)."""
+    if not wait_for_disk:
+        commit_without_waiting_for_disk()
     if drafted:
         StepDraft.objects.filter(turn=turn, number=number).delete()
     step = Step.objects.create(

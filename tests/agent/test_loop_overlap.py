@@ -166,7 +166,32 @@ def test_a_steps_results_reach_the_disk_with_the_next_requests_record(
     assert len(results) == 2 and len(requests) == 2 and len(steps) == 2
     assert not any(waits(i) for i in results), "a result's commit does not wait…"
     assert requests[1] > results[-1] and waits(requests[1]), "…the next request's record, after them, does"
-    assert all(waits(i) for i in steps)
+    assert not any(waits(i) for i in steps), "a step that only reads or ends the reply goes with the next one"
+    finishes = [i for i, sql in enumerate(statements) if sql.startswith('UPDATE "sessions_app_turn" SET "reply_text"')]
+    assert len(finishes) == 1 and finishes[0] > steps[-1] and waits(finishes[0]), "…the turn's end waits"
+
+
+@pytest.mark.parametrize("tool", ["write", "edit", "run"])
+def test_a_step_whose_call_may_change_something_is_on_disk_before_the_call_runs(
+    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path, tool: str
+) -> None:
+    (workspace_dir / "a.py").write_text("print('a')\n")
+    arguments = {
+        "write": {"path": "b.py", "content": "b = 1\n"},
+        "edit": {"path": "a.py", "old_string": "'a'", "new_string": "'b'"},
+        "run": {"command": "true"},
+    }[tool]
+    scripted.push(Step(tool_calls=[("read", {"path": "a.py"}), (tool, arguments)]))
+    scripted.push(Step(text="Done."))
+    with CaptureQueriesContext(connection) as queries:
+        for _ in ReplyLoop(scripted_session).send("change it"):
+            pass
+    statements = [q["sql"] for q in queries.captured_queries]
+    no_wait = "SET LOCAL synchronous_commit = off"
+    steps = [i for i, sql in enumerate(statements) if sql.startswith('INSERT INTO "sessions_app_step"')]
+    assert len(steps) == 2
+    assert no_wait not in statements[steps[0] - 2 : steps[0]], "the step with the call waits for the disk"
+    assert no_wait in statements[steps[1] - 2 : steps[1]], "the last step goes with the turn's end"
 
 
 def test_a_new_turns_history_is_read_once(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from chat.tools import ToolContext, call_tool, listed_names, recall, tool_list
+from chat.tools import TOOLS, ToolContext, call_tool, listed_names, only_reads, recall, tool_list
 from sessions_app.hygiene.outcomes import (
     EditOutcome,
     ErrorOutcome,
@@ -170,3 +170,9 @@ def test_recall_unknown_invalid_and_window(make_ctx: Callable[..., ToolContext])
         "The argument id of recall must be a result id such as #0012."
     )
     assert call_tool("recall", "{}", ctx)[1] == ErrorOutcome("The call to recall lacks the argument id.")
+
+
+def test_only_the_tools_that_read_are_known_to_change_nothing() -> None:
+    assert {tool.name for tool in TOOLS if only_reads(tool.name)} == {"read", "list", "glob", "grep", "recall"}
+    assert not any(only_reads(name) for name in ("write", "edit", "multiedit", "apply_patch", "run"))
+    assert not only_reads("delete_everything")
