@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from django.db.models import Q, QuerySet, Value
@@ -449,6 +449,21 @@ def transcript_page(
 
 def single_turn(turn: Turn, *, running: bool) -> TurnView:
     return turn_views([turn], running=running, last_number=last_live_number(turn.session_id))[0]
+
+
+def ended_turn(
+    turn: Turn, *, steps: Sequence[Step], results: Mapping[int, Sequence[Result]], siblings: tuple[int, ...]
+) -> TurnView:
+    """The view of a turn whose reply just ended, from what the reply stored (``results`` by step id) and the
+    siblings seen as it started, without a query: the last live turn, its drafts gone with its steps."""
+    return TurnView(
+        turn=turn,
+        steps=[step_view(step, results.get(step.pk, ())) for step in steps],
+        running=False,
+        is_last=True,
+        draft=None,
+        siblings=siblings,
+    )
 
 
 def started_turn(turn: Turn) -> TurnView:

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from channels.layers import BaseChannelLayer
@@ -42,6 +42,7 @@ from chat.agent.events import (
 from chat.web import chart, fragments, live_markdown
 from chat.web.display import (
     CompactionView,
+    ended_turn,
     row_for_result,
     single_turn,
     started_turn,
@@ -49,7 +50,7 @@ from chat.web.display import (
     transcript_page,
 )
 from chat.web.messages import Op, live_messages, pack, utf16_length
-from sessions_app.models import ChatSession, ModelRequest, RequestKind, RequestStatus
+from sessions_app.models import ChatSession, ModelRequest, RequestKind, RequestStatus, Result, Step
 
 logger = logging.getLogger(__name__)
 
@@ -276,6 +277,16 @@ def _advance(rendered: live_markdown.LiveMarkdown, text: str) -> tuple[live_mark
     return piece, time.thread_time() - started
 
 
+@dataclass
+class _ShownTurn:
+    """What the tabs were shown of the turn a reply runs: its siblings as it started, its steps and results."""
+
+    turn_id: int
+    siblings: tuple[int, ...]
+    steps: list[Step] = field(default_factory=list)
+    results: dict[int, list[Result]] = field(default_factory=dict)
+
+
 class Publisher:
     """Renders a reply's events into page changes and hands them to ``put`` in order (from the reply's thread)."""
 
@@ -290,6 +301,7 @@ class Publisher:
         self.last_ttft = last.time_to_first_token if last is not None else None
         self.shown_bars: dict[int, chart.Bar] = {}
         self.window = fragments.chart_window(session)
+        self.shown: _ShownTurn | None = None  # the turn this reply runs, as the tabs were shown it
 
     def group(self, ops: list[Op], *, rev: int | None = None) -> None:
         for text in pack(ops, rev=rev):
@@ -312,6 +324,7 @@ class Publisher:
     def _turn_started(self, event: TurnStarted) -> None:
         turn = event.turn
         view = started_turn(turn)
+        self.shown = _ShownTurn(turn.pk, view.siblings)
         self.session.refresh_from_db(fields=["title"])
         self.group(
             [
@@ -354,6 +367,8 @@ class Publisher:
         step = event.step
         turn = step.turn
         view = step_view(step, [])
+        if self.shown is not None and self.shown.turn_id == step.turn_id:
+            self.shown.steps.append(step)
         self.group(
             [fragments.step_put(view, session_id=turn.session_id, turn_number=turn.number, open=True)],
             rev=event.revision,
@@ -363,12 +378,18 @@ class Publisher:
     def _result_stored(self, event: ResultStored) -> None:
         result = event.result
         row = row_for_result(result)
+        if self.shown is not None and self.shown.turn_id == result.turn_id and result.step_id is not None:
+            self.shown.results.setdefault(result.step_id, []).append(result)
         if row is not None:
             self.group([fragments.row_put(row, session_id=result.session_id)], rev=event.revision)
 
     def _turn_ended(self, event: TurnEnded) -> None:
-        view = single_turn(event.turn, running=False)
-        self.group([fragments.turn_put(view)], rev=event.turn.revision)
+        turn, shown = event.turn, self.shown
+        if shown is not None and shown.turn_id == turn.pk:
+            view = ended_turn(turn, steps=shown.steps, results=shown.results, siblings=shown.siblings)
+        else:
+            view = single_turn(turn, running=False)
+        self.group([fragments.turn_put(view)], rev=turn.revision)
 
     def _taken_back(self, event: TurnsTakenBack) -> None:
         turns = event.turns

@@ -4,19 +4,22 @@ to, so a tab that reconnects asks for exactly what it lacks."""
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chat.agent.events import ResultStored, StepStored
+from chat.agent.events import ReplyEvent, ResultStored, StepStored, TurnEnded
 from chat.agent.loop import ReplyLoop
 from chat.testing.scripted_server import ScriptedServer, Step
 from chat.web import fragments
+from chat.web import publisher as publisher_module
 from chat.web.display import row_for_result, single_turn, started_turn
 from chat.web.publisher import RENDER_SECONDS, RENDER_SHARE, Publisher, _Item, _Send, render_gap
 from chat.web.sync import PageState, catch_up
-from sessions_app.models import ChatSession
+from sessions_app.models import ChatSession, Turn
 from sessions_app.services.turns import step_record, turn_fail, turn_finish, turn_start
 from sessions_app.services.undo import turn_edit
 
@@ -81,6 +84,75 @@ def test_a_started_turn_is_shown_as_the_full_view_shows_it(chat_session: ChatSes
             full.draft,
         )
         assert fragments.turn_put(started).html == fragments.turn_put(full).html
+
+
+def _ended_html(session: ChatSession, events: Iterator[ReplyEvent], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The HTML the publisher sent for each turn that ended, built without asking the store."""
+    sent: list[str] = []
+
+    def put(item: _Item) -> None:
+        if isinstance(item, _Send):
+            sent.append(item.text)
+
+    def refused(turn: Any, *, running: bool) -> Any:
+        raise AssertionError("the ended turn is read from the store")
+
+    publisher = Publisher(session, put=put, reply_to=None, label="Replying…")
+    ended: list[str] = []
+    for event in events:
+        if isinstance(event, TurnEnded):
+            sent.clear()
+            with monkeypatch.context() as patched:
+                patched.setattr(publisher_module, "single_turn", refused)
+                publisher.publish(event)
+            ops = [op for text in sent for op in json.loads(text)["ops"]]
+            ended.append(next(op["html"] for op in ops if op["id"] == f"turn-{event.turn.number}"))
+        else:
+            publisher.publish(event)
+    return ended
+
+
+def _full_html(session: ChatSession, number: int) -> str:
+    turn = Turn.objects.get(session=session, number=number)
+    return fragments.turn_put(single_turn(turn, running=False)).html
+
+
+def test_an_ended_turn_is_shown_as_the_full_view_shows_it(
+    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (workspace_dir / "a.py").write_text("\n".join(f"line {n}" for n in range(80)) + "\n")
+    scripted.push(Step(tool_calls=[("read", {"path": "a.py"}), ("read", {"path": "missing.py"})]))
+    scripted.push(Step(reasoning="Looked.", text="It has **80** lines.", tool_calls=[("list", {"path": "."})]))
+    scripted.push(Step(text="Done: 80 lines."))
+    first = _ended_html(scripted_session, ReplyLoop(scripted_session).send("count it"), monkeypatch)
+    assert first == [_full_html(scripted_session, 1)]
+    assert first[0].count('class="tool-name"') == 3 and 'class="reasoning"' in first[0]
+
+    scripted.push(Step(text="half", fault="cut"))
+    failed = _ended_html(scripted_session, ReplyLoop(scripted_session).send("again"), monkeypatch)
+    assert failed == [_full_html(scripted_session, 2)]
+
+    scripted.push(Step(text="Regenerated."))
+    again = _ended_html(scripted_session, ReplyLoop(scripted_session).regenerate(), monkeypatch)
+    assert again == [_full_html(scripted_session, 3)]
+    assert 'sibling-at">2 / 2' in again[0]
+
+    scripted.push(Step(text="Edited."))
+    edited = _ended_html(scripted_session, ReplyLoop(scripted_session).edit(1, "count it again"), monkeypatch)
+    assert edited == [_full_html(scripted_session, 4)]
+
+    cancel = threading.Event()
+    loop = ReplyLoop(scripted_session, cancel=cancel)
+    scripted.push(Step(tool_calls=[("read", {"path": "a.py"})]))
+
+    def stopping() -> Iterator[ReplyEvent]:
+        for event in loop.send("stop after the read"):
+            if isinstance(event, ResultStored):
+                cancel.set()
+            yield event
+
+    stopped = _ended_html(scripted_session, stopping(), monkeypatch)
+    assert stopped == [_full_html(scripted_session, 5)]
 
 
 def test_live_text_renders_at_most_every_tenth_of_a_second_and_less_often_as_it_costs_more_or_many_stream() -> None:
