@@ -144,31 +144,41 @@ def test_a_closed_action_still_records_the_answer_it_held(
     assert previous_request(scripted_session).known
 
 
+NO_WAIT = "SET LOCAL synchronous_commit = off"
+
+
+def _statements(session: ChatSession, words: str) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        for _ in ReplyLoop(session).send(words):
+            pass
+    return [q["sql"] for q in queries.captured_queries]
+
+
+def _at(statements: list[str], start: str) -> list[int]:
+    return [i for i, sql in enumerate(statements) if sql.startswith(start)]
+
+
+def _waits(statements: list[str], index: int) -> bool:
+    """Whether the transaction of the statement at ``index`` waits for the disk as it commits."""
+    return NO_WAIT not in statements[max(0, index - 2) : index]
+
+
 def test_a_steps_results_reach_the_disk_with_the_next_requests_record(
     scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path
 ) -> None:
     (workspace_dir / "a.py").write_text("print('a')\n")
     scripted.push(Step(tool_calls=[("read", {"path": "a.py"}), ("read", {"path": "a.py", "limit": 1})]))
     scripted.push(Step(text="Done."))
-    with CaptureQueriesContext(connection) as queries:
-        for _ in ReplyLoop(scripted_session).send("read it"):
-            pass
-    statements = [q["sql"] for q in queries.captured_queries]
-    no_wait = "SET LOCAL synchronous_commit = off"
-
-    def waits(index: int) -> bool:
-        """Whether the transaction of the statement at ``index`` waits for the disk as it commits."""
-        return statements[index - 1] != no_wait and statements[index - 2] != no_wait
-
-    results = [i for i, sql in enumerate(statements) if sql.startswith('INSERT INTO "sessions_app_result"')]
-    requests = [i for i, sql in enumerate(statements) if sql.startswith('INSERT INTO "sessions_app_modelrequest"')]
-    steps = [i for i, sql in enumerate(statements) if sql.startswith('INSERT INTO "sessions_app_step"')]
-    assert len(results) == 2 and len(requests) == 2 and len(steps) == 2
-    assert not any(waits(i) for i in results), "a result's commit does not wait…"
-    assert requests[1] > results[-1] and waits(requests[1]), "…the next request's record, after them, does"
-    assert not any(waits(i) for i in steps), "a step that only reads or ends the reply goes with the next one"
-    finishes = [i for i, sql in enumerate(statements) if sql.startswith('UPDATE "sessions_app_turn" SET "reply_text"')]
-    assert len(finishes) == 1 and finishes[0] > steps[-1] and waits(finishes[0]), "…the turn's end waits"
+    statements = _statements(scripted_session, "read it")
+    results = _at(statements, 'INSERT INTO "sessions_app_result"')
+    requests = _at(statements, 'INSERT INTO "sessions_app_modelrequest"')
+    steps = _at(statements, 'INSERT INTO "sessions_app_step"')
+    finishes = _at(statements, 'UPDATE "sessions_app_turn" SET "reply_text"')
+    assert len(results) == 2 and len(requests) == 2 and len(steps) == 2 and len(finishes) == 1
+    assert not any(_waits(statements, i) for i in results), "a result's commit does not wait…"
+    assert requests[1] > results[-1] and _waits(statements, requests[1]), "…the next request's record does"
+    assert not any(_waits(statements, i) for i in steps), "a step that only reads or ends the reply goes with it"
+    assert finishes[0] > steps[-1] and _waits(statements, finishes[0]), "…and the turn's end waits"
 
 
 @pytest.mark.parametrize("tool", ["write", "edit", "run"])
@@ -183,15 +193,11 @@ def test_a_step_whose_call_may_change_something_is_on_disk_before_the_call_runs(
     }[tool]
     scripted.push(Step(tool_calls=[("read", {"path": "a.py"}), (tool, arguments)]))
     scripted.push(Step(text="Done."))
-    with CaptureQueriesContext(connection) as queries:
-        for _ in ReplyLoop(scripted_session).send("change it"):
-            pass
-    statements = [q["sql"] for q in queries.captured_queries]
-    no_wait = "SET LOCAL synchronous_commit = off"
-    steps = [i for i, sql in enumerate(statements) if sql.startswith('INSERT INTO "sessions_app_step"')]
+    statements = _statements(scripted_session, "change it")
+    steps = _at(statements, 'INSERT INTO "sessions_app_step"')
     assert len(steps) == 2
-    assert no_wait not in statements[steps[0] - 2 : steps[0]], "the step with the call waits for the disk"
-    assert no_wait in statements[steps[1] - 2 : steps[1]], "the last step goes with the turn's end"
+    assert _waits(statements, steps[0]), "the step with the call waits for the disk"
+    assert not _waits(statements, steps[1]), "the last step goes with the turn's end"
 
 
 def test_a_new_turns_history_is_read_once(
