@@ -49,7 +49,7 @@ class LocalChannelLayer(InMemoryChannelLayer):  # type: ignore[misc]
         assert "__asgi_channel__" not in message
         queue = self.channels.get(channel)
         if queue is None:
-            queue = self.channels.setdefault(channel, asyncio.Queue(maxsize=self.get_capacity(channel)))
+            queue = self.channels[channel] = asyncio.Queue(maxsize=self.get_capacity(channel))
         if queue.full():
             raise ChannelFull(channel)
         queue.put_nowait((time.time() + self.expiry, _copied(message)))
