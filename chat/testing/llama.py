@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from chat.agent import server_api
+
 
 class LlamaServerError(RuntimeError):
     pass
@@ -111,6 +113,7 @@ class LlamaServer:
             try:
                 response = httpx.get(self._address + "/health", timeout=2.0)
                 if response.status_code == 200:
+                    server_api.forget(self.base_url)  # a server that had this port before may have offered less
                     return self
                 last = f"HTTP {response.status_code}: {response.text[:200]}"
             except httpx.HTTPError as error:

@@ -50,6 +50,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from chat.agent import server_api
+
 FAULTS = frozenset({"refuse", "http500", "malformed", "cut", "stall", "keepalive", "garbage"})
 STALL_SECONDS = 60.0
 _TOKEN = re.compile(r"<\|im_(?:start|end)\|>|\s?\w+|\s?[^\w\s]|\s+")
@@ -533,6 +535,7 @@ class ScriptedServer:
 
     def start(self) -> ScriptedServer:
         """Serve in a background thread."""
+        server_api.forget(self.base_url)  # a server that had this port before may have offered other endpoints
         if self._thread is None:
             self._thread = threading.Thread(
                 target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from chat.agent import server_api
 from chat.testing.scripted_server import ScriptedServer, Step, load_script, render_prompt, tokenize
 from tests.agent.mc_helpers import chat_body, first_turn
 
@@ -276,3 +277,15 @@ def test_a_server_that_says_nothing_about_itself_still_has_its_context() -> None
         assert httpx.post(root + "/tokenize", json={"content": "a"}).status_code == 404
         assert httpx.post(root + "/apply-template", json={"messages": []}).status_code == 404
         assert httpx.post(quiet.base_url + "/chat/completions", content=body).status_code == 400
+
+
+def test_a_server_started_where_another_was_is_asked_afresh_about_its_endpoints() -> None:
+    first = ScriptedServer()
+    port = first.port
+    first.close()
+    root = server_api.server_root(first.base_url)
+    server_api._mark_unoffered(root, "/tokenize")  # what the server before said, as the cache keeps it
+    assert not server_api.may_render(first.base_url)
+    with ScriptedServer(port=port) as second:
+        assert second.base_url == first.base_url
+        assert server_api.may_render(second.base_url)
