@@ -18,6 +18,7 @@ import collections
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -99,18 +100,23 @@ SLOTS = ReplySlots()
 
 class Baton:
     """One reply thread of the process at a time holds the baton to do its own work (storing, building,
-    rendering); the others wait for it.
+    rendering); the others wait for it, first come, first served.
 
     Reply threads share one interpreter with the event loop that relays every reply's text to its tabs. When
     fifty replies start or end at once, each thread got its share of the interpreter and the relay only one
     share of fifty-one, so a streamed piece waited behind all of them. A holder sets the baton down while it
-    waits on something else (the model's answer, a tool), and a thread that waited ``patience`` seconds goes
-    on without it: nothing ever waits long on a holder that waits in turn.
+    waits on something else (the model's answer, a tool). ``patience`` bounds one holding, not the queue: when
+    the holder has kept the baton that long without setting it down (it waits on something that is not its
+    own work), the threads waiting go on without it, so nothing waits long on a holder that waits in turn, and
+    a long queue of short holdings stays a queue.
     """
 
     def __init__(self, *, patience: float) -> None:
         self.patience = patience
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
+        self._queue: collections.deque[threading.Event] = collections.deque()
+        self._holding: object | None = None  # one object per holding: a waiter sees a new holder by it
+        self._since = 0.0  # when the current holding began
         self._local = threading.local()
 
     @property
@@ -119,16 +125,50 @@ class Baton:
         return bool(getattr(self._local, "held", False))
 
     def _take(self) -> None:
-        self._local.held = self._lock.acquire(timeout=self.patience)
+        with self._mutex:
+            if self._holding is None and not self._queue:
+                self._hold(object())
+                return
+            turn = threading.Event()
+            self._queue.append(turn)
+        while True:
+            with self._mutex:
+                if turn.is_set():
+                    self._local.held = True
+                    return
+                holding, since = self._holding, self._since
+            remaining = since + self.patience - time.monotonic()
+            if remaining > 0:
+                turn.wait(remaining)
+                continue
+            with self._mutex:
+                if turn.is_set():
+                    self._local.held = True
+                    return
+                if self._holding is holding:  # the same holding, overdue: go on without the baton
+                    self._queue.remove(turn)
+                    self._local.held = False
+                    return
+
+    def _hold(self, holding: object) -> None:
+        self._holding, self._since = holding, time.monotonic()
+        self._local.held = True
 
     def _drop(self) -> None:
-        if self.held:
-            self._local.held = False
-            self._lock.release()
+        if not self.held:
+            return
+        self._local.held = False
+        with self._mutex:
+            if self._queue:
+                turn = self._queue.popleft()
+                self._holding, self._since = turn, time.monotonic()
+                turn.set()
+            else:
+                self._holding = None
 
     @contextlib.contextmanager
     def holding(self) -> Iterator[None]:
-        """Hold the baton (when it comes within ``patience``) for a job's work."""
+        """Hold the baton (when it comes, or its holder overstays ``patience``) for a job's work."""
         self._local.working = True
         self._take()
         try:
