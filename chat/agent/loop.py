@@ -676,7 +676,9 @@ class ReplyLoop:
             for call in step.tool_calls:
                 if self.cancel.is_set():
                     break
-                now = _as_now(context, session)
+                # A read answers the same in every mode and workspace: only a call that may change something
+                # needs what holds now.
+                now = context if only_reads(call["name"]) else _as_now(context, session)
                 with self.waiting():
                     arguments, outcome = call_tool(call["name"], call["arguments"], now)
                 result = result_insert(
@@ -717,7 +719,7 @@ def _finish(request: ModelRequest, got: Completion | None, *, started: float = 0
 
 def _as_now(context: ToolContext, session: ChatSession) -> ToolContext:
     """``context`` with the session's mode and its workspace's permissions as they are now: either can
-    change while a reply runs, and a call obeys what holds when it runs."""
+    change while a reply runs, and a call that may change something obeys what holds when it runs."""
     mode, allow_commands, allow_network = ChatSession.objects.values_list(
         "mode", "workspace__allow_commands", "workspace__allow_network"
     ).get(pk=session.pk)

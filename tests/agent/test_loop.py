@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from chat.agent.events import BranchFlipped, ResultStored, TextDelta, TurnEnded
 from chat.agent.loop import ReplyLoop
@@ -654,3 +656,28 @@ def test_commands_switched_off_mid_session_answer_the_unavailable_text(
     assert not (workspace_dir / "second.txt").exists() and not (workspace_dir / "third.txt").exists()
     tools = {json.dumps(json.loads(body)["tools"]) for body in scripted.requests}
     assert len(tools) == 1 and '"name":"run"' in next(iter(tools)).replace(" ", "")
+
+
+def test_the_mode_is_read_before_a_call_that_may_change_something_and_not_before_a_read(
+    scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path
+) -> None:
+    from sessions_app.services.sessions import session_set_mode
+
+    (workspace_dir / "a.txt").write_text("a\n")
+    scripted.push(
+        Step(tool_calls=[("read", {"path": "a.txt"})]),
+        Step(tool_calls=[("write", {"path": "b.txt", "content": "b\n"})]),
+        Step(text="done"),
+    )
+    with CaptureQueriesContext(connection) as queries:
+        for event in _loop(scripted_session).send("read, then write"):
+            if isinstance(event, ResultStored) and event.result.tool == "read":
+                session_set_mode(session=scripted_session, mode="plan")  # the write that follows is refused
+    mode_reads = [
+        q for q in queries.captured_queries if q["sql"].startswith('SELECT "sessions_app_chatsession"."mode"')
+    ]
+    results = list(Result.objects.filter(session=scripted_session).order_by("number"))
+    assert [result.tool for result in results] == ["read", "write"]
+    assert results[1].inserted_text.startswith("[#0002] write is not available")
+    assert not (workspace_dir / "b.txt").exists()
+    assert len(mode_reads) == 1  # before the write; the read asked nothing
