@@ -196,18 +196,22 @@ def check_request(
 ) -> CacheCheck | None:
     """Ask the server how it renders this request and the previous one, and judge the cache use;
     ``None`` where there is no previous request or the server offers no template or tokenizer."""
-    previous = _messages_and_tools(previous_body) if previous_body else None
-    if previous is None:
+    if not previous_body:
         return None
-    previous_messages, previous_tools = previous
     try:
+        # This request first: where the server renders nothing, the previous body (as large as this one) is
+        # not parsed at all, in a thread that shares the interpreter with the reply and the relay.
+        now = server_api.rendered_prompt(base_url, messages, tools=tools, api_key=api_key, timeout=CHECK_TIMEOUT)
+        if now is None:
+            return None
+        previous = _messages_and_tools(previous_body)
+        if previous is None:
+            return None
+        previous_messages, previous_tools = previous
         before = server_api.rendered_prompt(
             base_url, previous_messages, tools=previous_tools, api_key=api_key, timeout=CHECK_TIMEOUT
         )
         if before is None:
-            return None
-        now = server_api.rendered_prompt(base_url, messages, tools=tools, api_key=api_key, timeout=CHECK_TIMEOUT)
-        if now is None:
             return None
         expected = shared_prefix(before.tokens, now.tokens)
         found = divergence(previous_messages, messages, before.text, now.text, promised=promised_messages)

@@ -8,11 +8,12 @@ What a server does not offer is remembered a while so it is not asked again on e
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from time import monotonic
 from typing import Any
@@ -71,6 +72,34 @@ def forget(base_url: str) -> None:
     with _unoffered_lock:
         for key in [key for key in _unoffered if key[0] == root]:
             del _unoffered[key]
+        _rendered.pop(root, None)
+
+
+_rendered: dict[str, float] = {}  # server roots that rendered a prompt lately
+_first_askers: dict[str, threading.Lock] = {}
+
+
+@contextlib.contextmanager
+def _one_asks_first(root: str) -> Iterator[bool]:
+    """Until a server has rendered a prompt, one caller at a time asks it, so callers that come together (the
+    cache checks of a reply's first steps) do not each prepare a large request for a server that renders none.
+    Yields whether the server rendered lately."""
+    with _unoffered_lock:
+        at = _rendered.get(root)
+        if at is not None and monotonic() - at < UNOFFERED_KEPT_SECONDS:
+            lock = None
+        else:
+            lock = _first_askers.setdefault(root, threading.Lock())
+    if lock is None:
+        yield True
+        return
+    with lock:
+        with _unoffered_lock:
+            at = _rendered.get(root)
+        yield at is not None and monotonic() - at < UNOFFERED_KEPT_SECONDS
+
+
+_PROBE = [{"role": "user", "content": "?"}]
 
 
 def _call(
@@ -178,19 +207,27 @@ def rendered_prompt(
     """The server's template applied to the request, then its tokenizer (BOS included); ``None`` where the
     server offers either not. The last few answers are kept by the request's content, so the size check before
     a request and the cache check after it ask the server once."""
-    key_source = json.dumps([list(messages), list(tools or ())], sort_keys=True, ensure_ascii=False)
-    key = (server_root(base_url), hashlib.sha256(key_source.encode("utf-8", "surrogatepass")).hexdigest())
-    with _kept_prompts_lock:
-        kept = _kept_prompts.get(key)
-        if kept is not None:
-            _kept_prompts.move_to_end(key)
-            return kept
-    prompt = apply_template(base_url, messages, tools=tools, api_key=api_key, timeout=timeout)
-    if prompt is None:
-        return None
-    tokens = tokenize(base_url, prompt, add_special=True, api_key=api_key, timeout=timeout)
-    if tokens is None:
-        return None
+    root = server_root(base_url)
+    with _one_asks_first(root) as rendered_lately:
+        if not may_render(base_url):
+            return None
+        if not rendered_lately and apply_template(base_url, _PROBE, api_key=api_key, timeout=timeout) is None:
+            return None  # asked with one short message first, rather than with the whole request
+        key_source = json.dumps([list(messages), list(tools or ())], sort_keys=True, ensure_ascii=False)
+        key = (root, hashlib.sha256(key_source.encode("utf-8", "surrogatepass")).hexdigest())
+        with _kept_prompts_lock:
+            kept = _kept_prompts.get(key)
+            if kept is not None:
+                _kept_prompts.move_to_end(key)
+                return kept
+        prompt = apply_template(base_url, messages, tools=tools, api_key=api_key, timeout=timeout)
+        if prompt is None:
+            return None
+        tokens = tokenize(base_url, prompt, add_special=True, api_key=api_key, timeout=timeout)
+        if tokens is None:
+            return None
+        with _unoffered_lock:
+            _rendered[root] = monotonic()
     answer = RenderedPrompt(text=prompt, tokens=tuple(tokens))
     with _kept_prompts_lock:
         _kept_prompts[key] = answer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from chat.agent.cache_check import (
@@ -142,3 +143,31 @@ def test_changed_bytes_are_the_harness() -> None:
 def test_an_unexpected_byte_break_is_the_harness_even_where_the_renderings_agree() -> None:
     check = classify(expected_cached=20, reported_cached=10, harness_break=True, parted=None, promised_tokens=None)
     assert (check.miss, check.tokens_lost) == (HARNESS, 10)
+
+
+def test_a_server_that_renders_nothing_costs_no_parse_of_the_previous_body(monkeypatch: Any) -> None:
+    from chat.agent import cache_check
+    from chat.testing.scripted_server import ScriptedServer
+
+    parsed: list[bytes] = []
+    real = cache_check._messages_and_tools
+
+    def counted(body: bytes) -> Any:
+        parsed.append(body)
+        return real(body)
+
+    monkeypatch.setattr(cache_check, "_messages_and_tools", counted)
+    previous = json.dumps({"messages": [SYSTEM, USER], "tools": []}).encode()
+    with ScriptedServer(server_api=False) as server:
+        check = cache_check.check_request(
+            base_url=server.base_url,
+            api_key=None,
+            previous_body=previous,
+            messages=[SYSTEM, USER, STEP_1],
+            tools=[],
+            promised_messages=2,
+            harness_break=False,
+            reported_cached=None,
+        )
+    assert check is None
+    assert parsed == []

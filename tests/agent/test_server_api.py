@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -70,6 +71,42 @@ def test_a_server_without_them_answers_none_and_is_not_asked_again() -> None:
             server_api.props(base, timeout=1.0)
     finally:
         httpd.server_close()
+
+
+class _SlowlyPlain(_Plain):
+    posts: list[tuple[str, int]] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.posts.append((self.path, length))
+        self.rfile.read(length)
+        time.sleep(0.2)  # the callers that come meanwhile wait for this answer instead of asking too
+        self.send_response(404)
+        self.end_headers()
+
+
+def test_callers_that_come_together_ask_a_server_that_renders_nothing_once_and_briefly() -> None:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowlyPlain)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    messages = [{"role": "user", "content": "x" * 100_000}]
+    answers: list[object] = []
+    try:
+        callers = [
+            threading.Thread(target=lambda: answers.append(server_api.rendered_prompt(base, messages)))
+            for _ in range(6)
+        ]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(10)
+        assert answers == [None] * 6
+        assert [path for path, _ in _SlowlyPlain.posts] == ["/apply-template"]
+        assert _SlowlyPlain.posts[0][1] < 200  # a one-message question, not the 100 KB request
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        server_api.forget(base)
 
 
 def test_server_root_strips_the_openai_suffix() -> None:
