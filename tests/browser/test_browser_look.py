@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from chat.testing.scripted_server import Step
-from tests.browser.browser_kit import Browser, World, login, screenshot
+from tests.browser.browser_kit import Browser, World, in_thread, login, screenshot
 from tests.browser.test_browser_chat import LONG_REPLY, send, start_session, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -261,3 +261,21 @@ def test_the_phone_layout_pins_the_composer_keeps_one_row_and_puts_the_chart_beh
     expect(desk.locator("#compact-button")).to_be_visible()
     expect(desk.locator("#restore-files")).to_be_visible()
     assert box(desk, "#chart")["x"] > box(desk, "#composer-text")["x"] + box(desk, "#composer-text")["width"]
+
+
+def test_on_a_phone_an_admins_header_shows_every_control_on_the_screen(browser: Browser, world: World) -> None:
+    admin = world.users["ada"]
+    admin.is_staff = True
+    in_thread(admin.save, update_fields=["is_staff"])
+    page = browser.page("ada", **PHONE)
+    expect(page.get_by_role("link", name="Admin")).to_be_visible()
+    for selector in (
+        "header.top .brand",
+        "header.top nav a[href$='/admin/']",
+        "#theme-select",
+        "#password-link",
+        "#logout",
+    ):
+        shown = box(page, selector)
+        assert shown["x"] >= 0 and shown["x"] + shown["width"] <= 390, (selector, shown)
+    screenshot(page, "phone_admin_header")
