@@ -81,9 +81,9 @@ _first_askers: dict[str, threading.Lock] = {}
 
 @contextlib.contextmanager
 def _one_asks_first(root: str) -> Iterator[bool]:
-    """Until a server has rendered a prompt, one caller at a time asks it, so callers that come together (the
-    cache checks of a reply's first steps) do not each prepare a large request for a server that renders none.
-    Yields whether the server rendered lately."""
+    """Until a server has rendered a prompt lately, one caller at a time asks it whether it renders at all, so
+    callers that come together (the cache checks of a reply's first steps) do not each prepare a large request
+    for a server that renders none. Yields whether the server rendered lately."""
     with _unoffered_lock:
         at = _rendered.get(root)
         if at is not None and monotonic() - at < UNOFFERED_KEPT_SECONDS:
@@ -97,6 +97,11 @@ def _one_asks_first(root: str) -> Iterator[bool]:
         with _unoffered_lock:
             at = _rendered.get(root)
         yield at is not None and monotonic() - at < UNOFFERED_KEPT_SECONDS
+
+
+def _mark_rendered(root: str) -> None:
+    with _unoffered_lock:
+        _rendered[root] = monotonic()
 
 
 _PROBE = [{"role": "user", "content": "?"}]
@@ -211,23 +216,24 @@ def rendered_prompt(
     with _one_asks_first(root) as rendered_lately:
         if not may_render(base_url):
             return None
-        if not rendered_lately and apply_template(base_url, _PROBE, api_key=api_key, timeout=timeout) is None:
-            return None  # asked with one short message first, rather than with the whole request
-        key_source = json.dumps([list(messages), list(tools or ())], sort_keys=True, ensure_ascii=False)
-        key = (root, hashlib.sha256(key_source.encode("utf-8", "surrogatepass")).hexdigest())
-        with _kept_prompts_lock:
-            kept = _kept_prompts.get(key)
-            if kept is not None:
-                _kept_prompts.move_to_end(key)
-                return kept
-        prompt = apply_template(base_url, messages, tools=tools, api_key=api_key, timeout=timeout)
-        if prompt is None:
-            return None
-        tokens = tokenize(base_url, prompt, add_special=True, api_key=api_key, timeout=timeout)
-        if tokens is None:
-            return None
-        with _unoffered_lock:
-            _rendered[root] = monotonic()
+        if not rendered_lately:  # asked with one short message first, rather than with the whole request
+            if apply_template(base_url, _PROBE, api_key=api_key, timeout=timeout) is None:
+                return None
+            _mark_rendered(root)
+    key_source = json.dumps([list(messages), list(tools or ())], sort_keys=True, ensure_ascii=False)
+    key = (root, hashlib.sha256(key_source.encode("utf-8", "surrogatepass")).hexdigest())
+    with _kept_prompts_lock:
+        kept = _kept_prompts.get(key)
+        if kept is not None:
+            _kept_prompts.move_to_end(key)
+            return kept
+    prompt = apply_template(base_url, messages, tools=tools, api_key=api_key, timeout=timeout)
+    if prompt is None:
+        return None
+    tokens = tokenize(base_url, prompt, add_special=True, api_key=api_key, timeout=timeout)
+    if tokens is None:
+        return None
+    _mark_rendered(root)
     answer = RenderedPrompt(text=prompt, tokens=tuple(tokens))
     with _kept_prompts_lock:
         _kept_prompts[key] = answer
