@@ -150,7 +150,7 @@ class RequestCounter:
         if self.asks_server:
             try:
                 tokens = server_api.prompt_tokens(
-                    self.base_url, built.messages, tools=built.tools, api_key=self.api_key
+                    self.base_url, built.messages, tools=built.tools, body=built.body, api_key=self.api_key
                 )
             except server_api.ServerAPIError as error:
                 logger.debug("cannot count a request with the server's tokenizer: %s", error)

@@ -188,6 +188,7 @@ def check_request(
     base_url: str,
     api_key: str | None,
     previous_body: bytes,
+    body: bytes,
     messages: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]],
     promised_messages: int,
@@ -201,7 +202,9 @@ def check_request(
     try:
         # This request first: where the server renders nothing, the previous body (as large as this one) is
         # not parsed at all, in a thread that shares the interpreter with the reply and the relay.
-        now = server_api.rendered_prompt(base_url, messages, tools=tools, api_key=api_key, timeout=CHECK_TIMEOUT)
+        now = server_api.rendered_prompt(
+            base_url, messages, tools=tools, body=body, api_key=api_key, timeout=CHECK_TIMEOUT
+        )
         if now is None:
             return None
         previous = _messages_and_tools(previous_body)
@@ -209,7 +212,12 @@ def check_request(
             return None
         previous_messages, previous_tools = previous
         before = server_api.rendered_prompt(
-            base_url, previous_messages, tools=previous_tools, api_key=api_key, timeout=CHECK_TIMEOUT
+            base_url,
+            previous_messages,
+            tools=previous_tools,
+            body=previous_body,
+            api_key=api_key,
+            timeout=CHECK_TIMEOUT,
         )
         if before is None:
             return None

@@ -551,6 +551,7 @@ class ReplyLoop:
             base_url=endpoint.base_url,
             api_key=endpoint.api_key or None,
             previous_body=previous_body,
+            body=built.body,
             messages=built.messages,
             tools=built.tools,
             promised_messages=promised,

@@ -163,6 +163,7 @@ def test_a_server_that_renders_nothing_costs_no_parse_of_the_previous_body(monke
             base_url=server.base_url,
             api_key=None,
             previous_body=previous,
+            body=json.dumps({"messages": [SYSTEM, USER, STEP_1], "tools": []}).encode(),
             messages=[SYSTEM, USER, STEP_1],
             tools=[],
             promised_messages=2,

@@ -104,3 +104,28 @@ def test_a_checked_request_redraws_its_bar_with_the_check(user: Any, workspace: 
     assert len(bars) == 2, "drawn when the request finished, again when its check was stored"
     assert "expected cached" not in bars[0] and "expected cached" in bars[1]
     assert "cache miss: none" in bars[1]
+
+
+def test_each_request_is_rendered_by_the_server_once_and_kept_by_its_bytes(
+    user: Any, workspace: Workspace, notes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chat.agent import server_api
+
+    rendered: list[int] = []
+    real = server_api.apply_template
+
+    def counted(base_url: str, messages: Any, **options: Any) -> str | None:
+        rendered.append(len(messages))
+        return real(base_url, messages, **options)
+
+    monkeypatch.setattr(server_api, "apply_template", counted)
+    with ScriptedServer(n_ctx=50_000) as server:
+        session = _session(user, workspace, server)
+        _three_steps(server)
+        run(ReplyLoop(session, client_timeouts=FAST).send("read the notes twice"))
+        server_api.forget(server.base_url)
+    second, third = ModelRequest.objects.filter(session=session).order_by("id")[1:]
+    assert second.expected_cached_tokens and third.expected_cached_tokens
+    # the short question, then the three requests once each: the third's check found the second's kept
+    assert rendered[0] == 1
+    assert sorted(rendered[1:]) == sorted(set(rendered[1:])) and len(rendered[1:]) == 3
