@@ -115,7 +115,7 @@ class Baton:
         self.patience = patience
         self._mutex = threading.Lock()
         self._queue: collections.deque[threading.Event] = collections.deque()
-        self._holding: object | None = None  # one object per holding: a waiter sees a new holder by it
+        self._taken = False
         self._since = 0.0  # when the current holding began
         self._local = threading.local()
 
@@ -126,8 +126,9 @@ class Baton:
 
     def _take(self) -> None:
         with self._mutex:
-            if self._holding is None and not self._queue:
-                self._hold(object())
+            if not self._taken and not self._queue:
+                self._taken, self._since = True, time.monotonic()
+                self._local.held = True
                 return
             turn = threading.Event()
             self._queue.append(turn)
@@ -136,35 +137,23 @@ class Baton:
                 if turn.is_set():
                     self._local.held = True
                     return
-                holding, since = self._holding, self._since
-            remaining = since + self.patience - time.monotonic()
-            if remaining > 0:
-                turn.wait(remaining)
-                continue
-            with self._mutex:
-                if turn.is_set():
-                    self._local.held = True
-                    return
-                if self._holding is holding:  # the same holding, overdue: go on without the baton
+                remaining = self._since + self.patience - time.monotonic()
+                if remaining <= 0:  # the holder overstays: go on without the baton
                     self._queue.remove(turn)
                     self._local.held = False
                     return
-
-    def _hold(self, holding: object) -> None:
-        self._holding, self._since = holding, time.monotonic()
-        self._local.held = True
+            turn.wait(remaining)
 
     def _drop(self) -> None:
         if not self.held:
             return
         self._local.held = False
         with self._mutex:
+            self._since = time.monotonic()
             if self._queue:
-                turn = self._queue.popleft()
-                self._holding, self._since = turn, time.monotonic()
-                turn.set()
+                self._queue.popleft().set()  # handed on: still taken, by the next in the queue
             else:
-                self._holding = None
+                self._taken = False
 
     @contextlib.contextmanager
     def holding(self) -> Iterator[None]:
