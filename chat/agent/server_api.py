@@ -85,18 +85,19 @@ def _one_asks_first(root: str) -> Iterator[bool]:
     callers that come together (the cache checks of a reply's first steps) do not each prepare a large request
     for a server that renders none. Yields whether the server rendered lately."""
     with _unoffered_lock:
-        at = _rendered.get(root)
-        if at is not None and monotonic() - at < UNOFFERED_KEPT_SECONDS:
-            lock = None
-        else:
-            lock = _first_askers.setdefault(root, threading.Lock())
+        lock = None if _rendered_lately(root) else _first_askers.setdefault(root, threading.Lock())
     if lock is None:
         yield True
         return
     with lock:
         with _unoffered_lock:
-            at = _rendered.get(root)
-        yield at is not None and monotonic() - at < UNOFFERED_KEPT_SECONDS
+            lately = _rendered_lately(root)
+        yield lately
+
+
+def _rendered_lately(root: str) -> bool:
+    at = _rendered.get(root)  # the caller holds _unoffered_lock
+    return at is not None and monotonic() - at < UNOFFERED_KEPT_SECONDS
 
 
 def _mark_rendered(root: str) -> None:
