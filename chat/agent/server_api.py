@@ -199,6 +199,7 @@ class RenderedPrompt:
 
 
 _kept_prompts: OrderedDict[tuple[str, str], RenderedPrompt] = OrderedDict()
+_rendering: dict[tuple[str, str], threading.Event] = {}  # renderings asked and not yet answered
 _kept_prompts_lock = threading.Lock()
 
 
@@ -214,7 +215,8 @@ def rendered_prompt(
     """The server's template applied to the request, then its tokenizer (BOS included); ``None`` where the
     server offers either not. The last few answers are kept by the request's content, so the size check before
     a request and the cache check after it ask the server once: by ``body``, the request's bytes, where the
-    caller has them (hashing them costs a fifteenth of serializing ``messages`` again), else by ``messages``."""
+    caller has them (hashing them costs a fifteenth of serializing ``messages`` again), else by ``messages``.
+    A caller that comes while the same request is being rendered waits for that answer."""
     root = server_root(base_url)
     with _one_asks_first(root) as rendered_lately:
         if not may_render(base_url):
@@ -233,19 +235,46 @@ def rendered_prompt(
         if kept is not None:
             _kept_prompts.move_to_end(key)
             return kept
+        asked = _rendering.get(key)
+        if asked is None:
+            _rendering[key] = asking = threading.Event()
+    if asked is not None:  # another caller is asking for this same request: its answer is this one's
+        asked.wait(timeout)
+        with _kept_prompts_lock:
+            kept = _kept_prompts.get(key)
+        if kept is not None:
+            return kept
+        return _render(base_url, messages, tools=tools, api_key=api_key, timeout=timeout)
+    try:
+        answer = _render(base_url, messages, tools=tools, api_key=api_key, timeout=timeout)
+        if answer is not None:
+            with _kept_prompts_lock:
+                _kept_prompts[key] = answer
+                while len(_kept_prompts) > KEPT_PROMPTS:
+                    _kept_prompts.popitem(last=False)
+        return answer
+    finally:
+        with _kept_prompts_lock:
+            del _rendering[key]
+        asking.set()
+
+
+def _render(
+    base_url: str,
+    messages: Sequence[dict[str, Any]],
+    *,
+    tools: Sequence[dict[str, Any]] | None,
+    api_key: str | None,
+    timeout: float,
+) -> RenderedPrompt | None:
     prompt = apply_template(base_url, messages, tools=tools, api_key=api_key, timeout=timeout)
     if prompt is None:
         return None
     tokens = tokenize(base_url, prompt, add_special=True, api_key=api_key, timeout=timeout)
     if tokens is None:
         return None
-    _mark_rendered(root)
-    answer = RenderedPrompt(text=prompt, tokens=tuple(tokens))
-    with _kept_prompts_lock:
-        _kept_prompts[key] = answer
-        while len(_kept_prompts) > KEPT_PROMPTS:
-            _kept_prompts.popitem(last=False)
-    return answer
+    _mark_rendered(server_root(base_url))
+    return RenderedPrompt(text=prompt, tokens=tuple(tokens))
 
 
 def prompt_tokens(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -103,6 +104,53 @@ def test_callers_that_come_together_ask_a_server_that_renders_nothing_once_and_b
         assert answers == [None] * 6
         assert [path for path, _ in _SlowlyPlain.posts] == ["/apply-template"]
         assert _SlowlyPlain.posts[0][1] < 200  # a one-message question, not the 100 KB request
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        server_api.forget(base)
+
+
+class _SlowlyRendering(_Plain):
+    posts: list[tuple[str, int]] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.posts.append((self.path, length))
+        self.rfile.read(length)
+        answer: dict[str, object]
+        if self.path == "/apply-template":
+            if length > 200:
+                time.sleep(0.2)  # the callers that come meanwhile for the same request wait for this answer
+            answer = {"prompt": "<rendered>"}
+        else:
+            answer = {"tokens": [1, 2, 3]}
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_callers_that_come_together_for_one_request_have_it_rendered_once() -> None:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowlyRendering)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    messages = [{"role": "user", "content": "x" * 1_000}]
+    body = json.dumps({"messages": messages}).encode()
+    answers: list[object] = []
+    try:
+        callers = [
+            threading.Thread(target=lambda: answers.append(server_api.rendered_prompt(base, messages, body=body)))
+            for _ in range(4)
+        ]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(10)
+        assert answers == [server_api.RenderedPrompt(text="<rendered>", tokens=(1, 2, 3))] * 4
+        large = [path for path, length in _SlowlyRendering.posts if length > 200]
+        assert large == ["/apply-template"]
     finally:
         httpd.shutdown()
         httpd.server_close()
