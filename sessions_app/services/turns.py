@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from sessions_app import prompts
@@ -10,7 +11,7 @@ from sessions_app.errors import ReplyInProgress
 from sessions_app.hygiene import NOTHING_STATED, ComposedMessage, StatedContext, compose_message, stated_after
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import ChatSession, Generation, Step, StepDraft, Turn, TurnStatus
-from sessions_app.selectors.sessions import history_turns, last_live_turn
+from sessions_app.selectors.sessions import current_generation, history_turns, last_live_turn
 from sessions_app.selectors.turns import turn_draft_text, turn_reply_text
 from sessions_app.services.durability import commit_without_waiting_for_disk
 from sessions_app.services.revisions import revision_next, turn_revision_next
@@ -22,21 +23,24 @@ def stated_context(session: ChatSession, *, generation: Generation) -> StatedCon
     """What the request being built last stated: the workspace, the model, the mode, the date and the
     workspace's instructions (its system prompt states none of them)."""
     stated = NOTHING_STATED
-    fields = ("note_workspace", "note_model", "note_mode", "note_date", "note_instructions")
-    for turn in history_turns(session, generation=generation).only(*fields):
-        stated = stated_after(stated, _stored_note(turn))
+    noted = history_turns(session, generation=generation).filter(
+        Q(note_instructions__isnull=False) | ~Q(note_workspace="", note_model="", note_mode="", note_date="")
+    )  # the turns whose message carried a note: a few in a long session, not every turn
+    for workspace, model, mode, date, instructions in noted.values_list(
+        "note_workspace", "note_model", "note_mode", "note_date", "note_instructions"
+    ):
+        stated = stated_after(
+            stated,
+            ComposedMessage(
+                "",
+                workspace_noted=workspace or None,
+                model_noted=model or None,
+                mode_noted=mode or None,
+                date_noted=date or None,
+                instructions_noted=instructions,
+            ),
+        )
     return stated
-
-
-def _stored_note(turn: Turn) -> ComposedMessage:
-    return ComposedMessage(
-        "",
-        workspace_noted=turn.note_workspace or None,
-        model_noted=turn.note_model or None,
-        mode_noted=turn.note_mode or None,
-        date_noted=turn.note_date or None,
-        instructions_noted=turn.note_instructions,
-    )
 
 
 def _locked(session: ChatSession) -> ChatSession:
@@ -84,7 +88,7 @@ def message_preview(
     *, session: ChatSession, words: str, today: str, instructions: str | None, config: ContextConfig | None = None
 ) -> str:
     """The message :func:`turn_start` would store for ``words`` now, note included; nothing is stored."""
-    generation = Generation.objects.get(session=session, number=session.generation_number)
+    generation = current_generation(session)
     composed = _composed(session, generation, storable(words), today=today, instructions=instructions, config=config)
     return storable(composed.text)
 
