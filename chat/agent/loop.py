@@ -277,13 +277,10 @@ class ReplyLoop:
         """Store the person's message as a new turn, then run the reply to it."""
         with self._locked():
             day = date or self.date or today()
-            yield from self._auto_compact(words, day)
+            instructions = read_instructions(self.session)
+            yield from self._auto_compact(words, day, instructions)
             turn = turn_start(
-                session=self.session,
-                words=words,
-                today=day,
-                instructions=read_instructions(self.session),
-                config=self.config,
+                session=self.session, words=words, today=day, instructions=instructions, config=self.config
             )
             yield from self._reply(turn)
 
@@ -374,7 +371,7 @@ class ReplyLoop:
         self._refresh()
         yield Compacted(generation)
 
-    def _auto_compact(self, words: str, day: str) -> Iterator[ReplyEvent]:
+    def _auto_compact(self, words: str, day: str, instructions: str | None) -> Iterator[ReplyEvent]:
         """Compact first where the turn's first request, as counted now, would pass ``compaction.auto_at``."""
         if not history_turns(self.session).exists():
             return
@@ -382,7 +379,7 @@ class ReplyLoop:
             session=self.session,
             words=words,
             today=day,
-            instructions=read_instructions(self.session),
+            instructions=instructions,
             config=self.config,
         )
         counter = self.counter

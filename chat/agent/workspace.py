@@ -82,7 +82,7 @@ def tool_context(
 def read_instructions(session: ChatSession) -> str | None:
     """The workspace's ``AGENTS.md`` when it is a text file inside the workspace, else ``None``."""
     try:
-        with Root(workspace_context(session)) as root:
+        with Root(path=str(workspace_root(session))) as root:
             handle = root.open_file(root.resolve(INSTRUCTIONS_FILE))
     except (ToolError, FileNotFoundError, NotADirectoryError):
         return None

@@ -60,7 +60,18 @@ def compactions(session: ChatSession) -> QuerySet[Generation]:
 
 
 def current_generation(session: ChatSession) -> Generation:
-    return Generation.objects.get(session=session, number=session.generation_number)
+    """The generation ``session`` is in, read once per session object: what a generation holds for requests
+    (its system prompt, tools, summary, what it covers) never changes once it is made, and a session object
+    read again, or one whose ``generation_number`` moved, reads it again."""
+    kept = vars(session).get(_CURRENT_GENERATION)
+    if isinstance(kept, Generation) and kept.number == session.generation_number:
+        return kept
+    generation = Generation.objects.get(session=session, number=session.generation_number)
+    vars(session)[_CURRENT_GENERATION] = generation
+    return generation
+
+
+_CURRENT_GENERATION = "_cachet_current_generation"
 
 
 def history_turns(session: ChatSession, *, generation: Generation | None = None) -> QuerySet[Turn]:
