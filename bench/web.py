@@ -653,6 +653,7 @@ class GapFigure:
     ok: bool
     via_tab: bool
     cpu_ms_per_step: float
+    start_ms: list[float]  # from the tab's send to the turn's first request at the model (tabs only)
 
 
 async def measure_gap(
@@ -665,10 +666,12 @@ async def measure_gap(
     except (Closed, OSError):
         tab = None
     gaps: list[float] = []
+    starts: list[float] = []
     ok = True
     cpu_before = _cpu_seconds(side.pid)
     for _ in range(turns):
         await _model_times(model_port)
+        sent = time.monotonic()
         if tab is not None:
             start = len(tab.got)
             tab.send({"type": "send", "text": words})
@@ -683,6 +686,8 @@ async def measure_gap(
         requests = [r for r in (await _model_times(model_port))["requests"] if r["kind"] == "tools"]
         requests.sort(key=lambda r: r["arrived"])
         ok = ok and len(requests) == TOOL_STEPS
+        if tab is not None and requests:
+            starts.append((requests[0]["arrived"] - sent) * 1000)
         gaps.extend(
             (later["arrived"] - earlier["finished"]) * 1000
             for earlier, later in itertools.pairwise(requests)
@@ -691,7 +696,9 @@ async def measure_gap(
     if tab is not None:
         await tab.close()
     cpu = _cpu_seconds(side.pid) - cpu_before  # with ``ask`` the steps run elsewhere: not counted
-    return GapFigure(gaps, ok, via_tab=tab is not None, cpu_ms_per_step=cpu * 1000 / (turns * TOOL_STEPS))
+    return GapFigure(
+        gaps, ok, via_tab=tab is not None, cpu_ms_per_step=cpu * 1000 / (turns * TOOL_STEPS), start_ms=starts
+    )
 
 
 @dataclass
@@ -869,7 +876,8 @@ def run_side(side: Side, sizes: list[int], streams: list[int], gap_turns: int, m
         print(
             f"  {side.name} gap: p50 {_pct(figures.gap.gaps_ms, 0.5):.1f} ms, p95 "
             f"{_pct(figures.gap.gaps_ms, 0.95):.1f} ms (n={len(figures.gap.gaps_ms)}, ok={figures.gap.ok}), "
-            f"Daphne CPU {figures.gap.cpu_ms_per_step:.1f} ms/step",
+            f"Daphne CPU {figures.gap.cpu_ms_per_step:.1f} ms/step, reply start (send → first request) p50 "
+            f"{_pct(figures.gap.start_ms, 0.5):.0f} ms",
             flush=True,
         )
         figures.gap_slow = asyncio.run(
@@ -979,6 +987,9 @@ def report(results: dict[str, SideFigures], sizes: list[int], streams: list[int]
         vn = _pct(new.gap_slow.gaps_ms, q) if new.gap_slow else nan
         _row(f"gap, tool calls written over about 0.2 s, {label}", _ms(vo), _ms(vn), _ratio(vo, vn))
     _row("of which the read tool's own time, median", _ms(old.read_ms), _ms(new.read_ms))
+    so_ms = _pct(old.gap.start_ms, 0.5) if old.gap and old.gap.start_ms else nan
+    sn_ms = _pct(new.gap.start_ms, 0.5) if new.gap and new.gap.start_ms else nan
+    _row(f"reply start, {sizes[-1]} turns: send → first request, median", _ms(so_ms), _ms(sn_ms), _ratio(so_ms, sn_ms))
     cpu_old = old.gap.cpu_ms_per_step if old.gap and old.gap.via_tab else nan
     cpu_new = new.gap.cpu_ms_per_step if new.gap else nan
     _row("Daphne CPU per step", _ms(cpu_old), _ms(cpu_new), _ratio(cpu_old, cpu_new))
