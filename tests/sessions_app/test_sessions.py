@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from chat.agent.loop import ReplyLoop
 from chat.testing.scripted_server import ScriptedServer, Step
@@ -50,6 +52,22 @@ def test_a_change_of_model_after_a_compaction_keeps_the_summary_and_is_no_compac
     assert [message["content"] for message in body["messages"] if message["role"] == "assistant"] == ["Two."]
     last = ModelRequest.objects.filter(session=session).order_by("-id").first()
     assert last is not None and last.break_cause == BreakCause.MODEL_CHANGE
+
+
+def test_a_reply_start_reads_the_current_generation_once_outside_the_turns_lock_and_again_after_a_compaction(
+    scripted: ScriptedServer, scripted_session: ChatSession
+) -> None:
+    scripted.push(Step(text="One."), Step(text="Two."), Step(text="Summary: we said one and two."), Step(text="Three."))
+    loop = ReplyLoop(scripted_session)
+    run(loop.send("First"))
+    with CaptureQueriesContext(connection) as captured:
+        run(loop.send("Second"))
+    reads = [query for query in captured.captured_queries if 'FROM "sessions_app_generation"' in query["sql"]]
+    assert len(reads) == 2, "once for the reply, once under the lock that stores the message"
+    run(loop.compact())
+    run(loop.send("Third"))
+    body = json.loads(scripted.requests[-1])
+    assert "Summary: we said one and two." in body["messages"][0]["content"], "the new generation's prompt"
 
 
 def test_the_same_model_again_changes_nothing_and_a_name_is_needed(chat_session: ChatSession) -> None:
