@@ -17,7 +17,10 @@ from sessions_app.types import PendingBreak
 
 def dumps(value: object) -> str:
     """The one JSON serialization of everything sent: key order as built, no spaces, UTF-8 as is."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # made once: a long history encodes 2,000
 
 
 @dataclass(frozen=True)
@@ -62,10 +65,10 @@ def assistant_message(step: Step) -> dict[str, Any]:
     return assistant
 
 
-def earlier_reply(turn: Turn, reasoning: str) -> dict[str, Any]:
+def earlier_reply(reply_text: str, reasoning: str) -> dict[str, Any]:
     """An earlier turn's reply as one assistant message: its text, and its steps' reasoning where any, so that
     the chat template, not Cachet, decides what of it the model sees (spec §8)."""
-    reply: dict[str, Any] = {"role": "assistant", "content": turn.reply_text}
+    reply: dict[str, Any] = {"role": "assistant", "content": reply_text}
     if reasoning:
         reply["reasoning_content"] = reasoning
     return reply
@@ -110,15 +113,15 @@ class RequestBuilder:
         self.size = len(self.head)
         self.turn_user_index: dict[int, int] = {}
         self._add({"role": "system", "content": generation.system_prompt})
-        turns = history_turns(session, generation=generation).only("number", "message", "reply_text")
+        turns = history_turns(session, generation=generation)
         if current is not None:
             turns = turns.filter(number__lt=current.number)
-        earlier = list(turns)
+        earlier = list(turns.values_list("pk", "number", "message", "reply_text"))
         reasoning = turns_reasoning(turns) if earlier else {}
-        for turn in earlier:
-            self.turn_user_index[turn.number] = len(self.messages)
-            self._add({"role": "user", "content": turn.message})
-            self._add(earlier_reply(turn, reasoning.get(turn.pk, "")))
+        for pk, number, message, reply_text in earlier:
+            self.turn_user_index[number] = len(self.messages)
+            self._add({"role": "user", "content": message})
+            self._add(earlier_reply(reply_text, reasoning.get(pk, "")))
         if current is not None and (upto_step is None or upto_step >= 0):
             self.turn_user_index[current.number] = len(self.messages)
             self._add({"role": "user", "content": current.message})
