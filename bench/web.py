@@ -852,7 +852,8 @@ def run_side(side: Side, sizes: list[int], streams: list[int], gap_turns: int, m
     try:
         for size in sizes:
             session_id = int(side.built["sized"][str(size)])
-            page = measure_page(side, session_id)
+            with _profiled(side, f"page{size}"):
+                page = measure_page(side, session_id)
             figures.pages[size] = page
             print(
                 f"  {side.name} page {size} turns: {page.seconds[0]:.3f}s then {_again(page.seconds):.3f}s (CPU "
