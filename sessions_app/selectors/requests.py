@@ -20,7 +20,7 @@ def dumps(value: object) -> str:
     return _ENCODER.encode(value)
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # made once: a long history encodes 2,000
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # made once, not per message
 
 
 @dataclass(frozen=True)
