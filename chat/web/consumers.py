@@ -10,7 +10,6 @@ from importlib import import_module
 from typing import Any
 
 from channels.auth import get_user
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
@@ -19,6 +18,7 @@ from chat.web import fragments, jobs
 from chat.web.forms import model_for, parse_model_choice
 from chat.web.messages import Op, pack
 from chat.web.publisher import MESSAGE_TYPE, session_group
+from chat.web.socket_store import store_call
 from chat.web.sync import PageState, catch_up, chart_page_put
 from sessions_app.errors import ReplyInProgress
 from sessions_app.models import ChatSession
@@ -119,7 +119,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.close()  # refuses the handshake
             return
         session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
-        session = await database_sync_to_async(session_get)(owner=user, session_id=session_id)
+        session = await store_call(session_get)(owner=user, session_id=session_id)
         if session is None:
             await self.accept()
             await self.close(code=NOT_FOUND)
@@ -169,7 +169,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def receive_json(self, content: dict[str, Any], **kwargs: Any) -> None:
         kind = content.get("type")
-        asker = await database_sync_to_async(_asker)(self.scope, self.session_id, acting=kind in _ACTING)
+        asker = await store_call(_asker)(self.scope, self.session_id, acting=kind in _ACTING)
         if not asker.user.is_authenticated:
             await self.close(code=LOGGED_OUT)
             return
@@ -221,7 +221,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             first_turn=_number(content.get("first")) or 0,
             last_bar=_number(content.get("bar")) or 0,
         )
-        caught = await database_sync_to_async(catch_up)(self.session_id, state)
+        caught = await store_call(catch_up)(self.session_id, state)
         for text in caught.messages:
             await self.send(text_data=text)
         if caught.running or jobs.busy(self.session_id):
@@ -253,11 +253,11 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def set_mode(self, session: ChatSession, mode: object) -> None:
         try:
-            session = await database_sync_to_async(session_set_mode)(session=session, mode=str(mode))
+            session = await store_call(session_set_mode)(session=session, mode=str(mode))
         except ValueError as error:
             await self.notice(str(error))
             return
-        put = await database_sync_to_async(fragments.mode_put)(session)
+        put = await store_call(fragments.mode_put)(session)
         for text in pack([put]):
             await self.channel_layer.group_send(session_group(self.session_id), {"type": MESSAGE_TYPE, "text": text})
         await self.notice(f"Mode {session.mode}: it takes effect as a note on your next message.", level="info")
@@ -268,7 +268,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.notice(MODEL_REFUSED_RUNNING)
             return
         try:
-            change = await database_sync_to_async(_model_change)(session, endpoint, model)
+            change = await store_call(_model_change)(session, endpoint, model)
         except ReplyInProgress:
             await self.notice(MODEL_REFUSED_RUNNING)
             return
