@@ -44,7 +44,8 @@ def stated_context(session: ChatSession, *, generation: Generation) -> StatedCon
 
 
 def _locked(session: ChatSession) -> ChatSession:
-    locked = ChatSession.objects.select_for_update(no_key=True).get(pk=session.pk)
+    sessions = ChatSession.objects.select_related("workspace").select_for_update(no_key=True, of=("self",))
+    locked = sessions.get(pk=session.pk)  # the workspace's name goes into the message's note
     if Turn.objects.filter(session=locked, status=TurnStatus.OPEN).exists():
         raise ReplyInProgress()
     return locked
