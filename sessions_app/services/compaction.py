@@ -9,7 +9,7 @@ from sessions_app.errors import EmptySummary, NothingToCompact, ReplyInProgress
 from sessions_app.hygiene import TableRead, compaction_table
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import BreakCause, ChatSession, Generation, Result, ResultKind, Turn, TurnStatus
-from sessions_app.selectors.sessions import history_turns
+from sessions_app.selectors.sessions import current_generation, history_turns
 from sessions_app.services.revisions import revision_next
 from sessions_app.services.sessions import generation_create
 from sessions_app.text import storable
@@ -66,7 +66,7 @@ def compaction_apply(
         raise ReplyInProgress()
     if not summary.strip():
         raise EmptySummary()
-    current = Generation.objects.get(session=session, number=session.generation_number)
+    current = current_generation(session)
     covered = history_turns(session, generation=current)
     if within is not None and after_step is None:
         covered = covered.exclude(pk=within.pk)

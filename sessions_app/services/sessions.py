@@ -14,6 +14,7 @@ from sessions_app.hygiene import system_prompt_with_summary
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import BreakCause, ChatSession, Generation, Mode, ModelEndpoint, Turn, TurnStatus, Workspace
 from sessions_app.selectors.requests import dumps
+from sessions_app.selectors.sessions import current_generation
 from sessions_app.services.locks import reply_lock
 from sessions_app.services.revisions import revision_next
 from sessions_app.text import storable
@@ -105,7 +106,7 @@ def session_change_model(*, session: ChatSession, endpoint: ModelEndpoint, model
         return session
     if Turn.objects.filter(session=session, status=TurnStatus.OPEN).exists():
         raise ReplyInProgress()
-    current = Generation.objects.get(session=session, number=session.generation_number)
+    current = current_generation(session)
     number = Generation.objects.filter(session=session).count() + 1
     generation = generation_create(
         session=session,

@@ -107,7 +107,7 @@ def turn_start(
     One open turn per session."""
     session = _locked(session)
     words = storable(words)
-    generation = Generation.objects.get(session=session, number=session.generation_number)
+    generation = current_generation(session)
     composed = _composed(session, generation, words, today=today, instructions=instructions, config=config)
     if not session.title:
         session.title = " ".join(words.split())[:80]
@@ -145,7 +145,7 @@ def turn_restart(*, session: ChatSession, like: Turn) -> Turn:
         number=number,
         parent=parent,
         position=position,
-        generation_id=Generation.objects.get(session=session, number=session.generation_number).pk,
+        generation_id=current_generation(session).pk,
         words=like.words,
         message=like.message,
         note_workspace=like.note_workspace,
