@@ -136,11 +136,18 @@ DATABASES = {"default": _database()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
+# A consumer waits on Redis with a blocking pop of 5 s; redis-py 8 also gives up reading after 5 s by default,
+# which would end an idle consumer (and its socket) every 5 s. Reads may take longer than the pop.
+REDIS_SOCKET_TIMEOUT = 30.0
 if REDIS_URL:
     CHANNEL_LAYERS: dict[str, Any] = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 120},
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": REDIS_SOCKET_TIMEOUT}],
+                "capacity": 5000,
+                "expiry": 120,
+            },
         }
     }
 else:

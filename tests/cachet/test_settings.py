@@ -3,6 +3,7 @@ settings pass ``manage.py check --deploy`` without a warning."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from django.conf import settings
 
 PRODUCTION_KEY = "tUv3kP9qXw2zR7mN4bJ8sL1cY6hG0fD5aE-x_QoWiVnTrMkSjZlHgF"
@@ -48,10 +50,10 @@ def environment(tmp_path: Path, **values: str) -> dict[str, str]:
     return env
 
 
-def settings_under(tmp_path: Path, **values: str) -> dict[str, Any]:
+def settings_under(tmp_path: Path, names: list[str] = SHOWN, **values: str) -> dict[str, Any]:
     code = (
         "import json; from django.conf import settings; "
-        f"print(json.dumps({{name: getattr(settings, name) for name in {SHOWN!r}}}))"
+        f"print(json.dumps({{name: getattr(settings, name) for name in {names!r}}}))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -104,6 +106,34 @@ def test_hsts_can_be_set_apart_and_preloaded_on_request(tmp_path: Path) -> None:
         [],
     )
     assert settings_under(tmp_path, USE_X_FORWARDED_HOST="true")["USE_X_FORWARDED_HOST"] is True
+
+
+def test_with_redis_a_consumer_idle_past_the_blocking_pop_still_gets_its_message(tmp_path: Path) -> None:
+    """channels_redis pops with a 5 s block; a read timeout of the same 5 s (redis-py 8's default) made every
+    idle consumer fail, and its tab's socket close, after 5 s."""
+    redis = pytest.importorskip("redis")
+    from channels_redis.core import RedisChannelLayer
+
+    url = "redis://127.0.0.1:6379/13"
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+    except redis.exceptions.ConnectionError as error:
+        pytest.skip(f"Redis is not reachable at {url} ({error}); this test needs it")
+    layers = settings_under(tmp_path, ["CHANNEL_LAYERS"], REDIS_URL=url)["CHANNEL_LAYERS"]
+    assert layers["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    layer = RedisChannelLayer(**layers["default"]["CONFIG"])
+
+    async def idle_then_message() -> dict[str, Any]:
+        channel = await layer.new_channel()
+        waiting = asyncio.create_task(layer.receive(channel))
+        await asyncio.sleep(layer.brpop_timeout + 1.5)
+        assert not waiting.done(), waiting.exception()
+        await layer.send(channel, {"type": "turn.event", "n": 1})
+        message: dict[str, Any] = await asyncio.wait_for(waiting, 5)
+        await layer.flush()
+        return message
+
+    assert asyncio.run(idle_then_message()) == {"type": "turn.event", "n": 1}
 
 
 def check_deploy(tmp_path: Path, **values: str) -> subprocess.CompletedProcess[str]:
