@@ -11,7 +11,8 @@ thread's database connection.
 
 Between two requests of a reply the server waits only for what the next request needs (the step and its results
 stored, the request recorded); the answer's record and the events of the step and its results follow once the next
-request is sent.
+request is sent. That record's commit is the one that waits for the disk, so the flush of what the step stored
+is not between the model's answer and the next request either (``sessions_app.services.durability``).
 
 A finished request's cache check asks the server to render and tokenize the prompt (up to a second or more on
 a long one), so it runs on a worker thread beside the reply; its result is stored by the loop's own thread
@@ -465,7 +466,7 @@ class ReplyLoop:
         try:
             with self.waiting():  # from the request on: what runs meanwhile waits for the model anyway
                 answer.start()
-                yield from self._release()
+                yield from self._release(flush=True)
                 yield from self._checks_stored(wait=False)
                 yield RequestStarted(request)
                 for piece in answer:
@@ -502,18 +503,21 @@ class ReplyLoop:
             yield from self._answered(answered)
         return completion
 
-    def _answered(self, answered: _Answered) -> Iterator[ReplyEvent]:
+    def _answered(self, answered: _Answered, *, wait_for_disk: bool = False) -> Iterator[ReplyEvent]:
         request = answered.request
-        _finish(request, answered.completion)
+        _finish(request, answered.completion, wait_for_disk=wait_for_disk)
         self._check_cache(request, answered.built, answered.previous_body)
         yield RequestFinished(request)
 
-    def _release(self) -> Iterator[ReplyEvent]:
-        """Record the held answers and yield the held events, in order."""
+    def _release(self, *, flush: bool = False) -> Iterator[ReplyEvent]:
+        """Record the held answers and yield the held events, in order. With ``flush`` (a request was just
+        sent), the first answer's record waits for the disk, and so brings there the step, its results and the
+        request stored since the last commit that did, before the model's next answer is read."""
         while self._held:
             item = self._held.pop(0)
             if isinstance(item, _Answered):
-                yield from self._answered(item)
+                yield from self._answered(item, wait_for_disk=flush)
+                flush = False
             else:
                 yield item
 
@@ -700,7 +704,14 @@ class ReplyLoop:
         return turn_finish(turn=turn, unstored=limit)
 
 
-def _finish(request: ModelRequest, got: Completion | None, *, started: float = 0.0, error: str = "") -> None:
+def _finish(
+    request: ModelRequest,
+    got: Completion | None,
+    *,
+    started: float = 0.0,
+    error: str = "",
+    wait_for_disk: bool = False,
+) -> None:
     """Complete ``request``'s row with what the server reported (all of it, or what came before ``error``)."""
     request_record_finish(
         request=request,
@@ -712,6 +723,7 @@ def _finish(request: ModelRequest, got: Completion | None, *, started: float = 0
         usage=got.usage if got else None,
         timings=got.timings if got else None,
         error=error,
+        wait_for_disk=wait_for_disk,
     )
 
 

@@ -99,7 +99,8 @@ def request_record_start(
 ) -> tuple[ModelRequest, PreviousRequest]:
     """Write the request's row before it is sent, with its prefix verdict against ``previous``; the
     request becomes what the next one is compared with (its bytes are kept by :func:`request_last_keep`).
-    Its commit waits for the disk, and so flushes the results stored since the last one that did."""
+    Its commit does not wait for the disk: the record of the answer before it, once it is sent, does."""
+    commit_without_waiting_for_disk()
     verdict = prefix_verdict(
         previous=previous.body,
         built=built,
@@ -160,9 +161,12 @@ def request_record_finish(
     usage: dict[str, Any] | None,
     timings: dict[str, Any] | None,
     error: str = "",
+    wait_for_disk: bool = False,
 ) -> ModelRequest:
-    """Complete the row with what the server reported; an ``error`` marks it failed."""
-    commit_without_waiting_for_disk()
+    """Complete the row with what the server reported; an ``error`` marks it failed. With ``wait_for_disk``
+    its commit brings to the disk everything committed before it without waiting."""
+    if not wait_for_disk:
+        commit_without_waiting_for_disk()
     request.prompt_tokens = prompt_tokens
     request.cached_tokens = cached_tokens
     request.completion_tokens = completion_tokens

@@ -145,13 +145,28 @@ def test_a_closed_action_still_records_the_answer_it_held(
 
 
 NO_WAIT = "SET LOCAL synchronous_commit = off"
+COMMIT = "COMMIT"
 
 
-def _statements(session: ChatSession, words: str) -> list[str]:
-    with CaptureQueriesContext(connection) as queries:
+def _statements(session: ChatSession, words: str, monkeypatch: Any) -> list[str]:
+    """The statements of one send, with a ``COMMIT`` where each transaction ended."""
+    statements: list[str] = []
+
+    def note(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    commit = connection._commit  # type: ignore[attr-defined]
+
+    def noted_commit() -> None:
+        commit()
+        statements.append(COMMIT)
+
+    monkeypatch.setattr(connection, "_commit", noted_commit)
+    with connection.execute_wrapper(note):
         for _ in ReplyLoop(session).send(words):
             pass
-    return [q["sql"] for q in queries.captured_queries]
+    return statements
 
 
 def _at(statements: list[str], start: str) -> list[int]:
@@ -160,30 +175,38 @@ def _at(statements: list[str], start: str) -> list[int]:
 
 def _waits(statements: list[str], index: int) -> bool:
     """Whether the transaction of the statement at ``index`` waits for the disk as it commits."""
-    return NO_WAIT not in statements[max(0, index - 2) : index]
+    begun = max([i for i in _at(statements, COMMIT) if i < index], default=-1) + 1
+    return NO_WAIT not in statements[begun:index]
 
 
-def test_a_steps_results_reach_the_disk_with_the_next_requests_record(
-    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path
+def test_a_steps_results_reach_the_disk_once_the_next_request_is_sent(
+    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path, monkeypatch: Any
 ) -> None:
     (workspace_dir / "a.py").write_text("print('a')\n")
     scripted.push(Step(tool_calls=[("read", {"path": "a.py"}), ("read", {"path": "a.py", "limit": 1})]))
     scripted.push(Step(text="Done."))
-    statements = _statements(scripted_session, "read it")
+    statements = _statements(scripted_session, "read it", monkeypatch)
     results = _at(statements, 'INSERT INTO "sessions_app_result"')
     requests = _at(statements, 'INSERT INTO "sessions_app_modelrequest"')
+    answers = _at(statements, 'UPDATE "sessions_app_modelrequest" SET "status"')
     steps = _at(statements, 'INSERT INTO "sessions_app_step"')
     finishes = _at(statements, 'UPDATE "sessions_app_turn" SET "reply_text"')
-    assert len(results) == 2 and len(requests) == 2 and len(steps) == 2 and len(finishes) == 1
+    assert len(results) == 2 and len(requests) == 2 and len(answers) == 2 and len(steps) == 2
+    assert len(finishes) == 1
     assert not any(_waits(statements, i) for i in results), "a result's commit does not wait…"
-    assert requests[1] > results[-1] and _waits(statements, requests[1]), "…the next request's record does"
+    assert not any(_waits(statements, i) for i in requests), "…nor the record of the request that carries it…"
+    first_answer = answers[0]
+    assert requests[1] < first_answer < steps[1] and _waits(statements, first_answer), (
+        "…the first answer's record does, once the second request is sent and before its answer is read…"
+    )
     assert not any(_waits(statements, i) for i in steps), "a step that only reads or ends the reply goes with it"
     assert finishes[0] > steps[-1] and _waits(statements, finishes[0]), "…and the turn's end waits"
+    assert not _waits(statements, answers[1]), "the last answer's record goes with the turn's end"
 
 
 @pytest.mark.parametrize("tool", ["write", "edit", "run"])
 def test_a_step_whose_call_may_change_something_is_on_disk_before_the_call_runs(
-    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path, tool: str
+    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path, tool: str, monkeypatch: Any
 ) -> None:
     (workspace_dir / "a.py").write_text("print('a')\n")
     arguments = {
@@ -193,7 +216,7 @@ def test_a_step_whose_call_may_change_something_is_on_disk_before_the_call_runs(
     }[tool]
     scripted.push(Step(tool_calls=[("read", {"path": "a.py"}), (tool, arguments)]))
     scripted.push(Step(text="Done."))
-    statements = _statements(scripted_session, "change it")
+    statements = _statements(scripted_session, "change it", monkeypatch)
     steps = _at(statements, 'INSERT INTO "sessions_app_step"')
     assert len(steps) == 2
     assert _waits(statements, steps[0]), "the step with the call waits for the disk"
