@@ -1,5 +1,6 @@
-"""Settings from the environment: ``CACHET_TLS`` switches on what serving behind TLS needs, and the production
-settings pass ``manage.py check --deploy`` without a warning."""
+"""Settings from the environment: ``CACHET_TLS`` switches on what serving behind TLS needs, the production
+settings pass ``manage.py check --deploy`` without a warning, and with ``REDIS_URL`` the channel layer keeps
+an idle tab's consumer waiting."""
 
 from __future__ import annotations
 
