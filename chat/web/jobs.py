@@ -42,6 +42,7 @@ STOP = "reply.stop"
 LIVE = "reply.live"
 STOPPED_WAITING = "Stopped before it started; nothing was sent to the model."
 BATON_PATIENCE_SECONDS = 1.0
+LISTEN_AGAIN_SECONDS = 0.2
 
 
 class ReplySlots:
@@ -291,7 +292,14 @@ class Job:
     async def _listen(self, channel: str) -> None:
         try:
             while True:
-                message = await self.layer.receive(channel)
+                try:
+                    message = await self.layer.receive(channel)
+                except Exception:  # Redis went away a moment: listen again, or a Stop could no longer come
+                    logger.warning("session %s: the reply's listener lost the channel layer", self.session_id)
+                    await asyncio.sleep(LISTEN_AGAIN_SECONDS)
+                    with contextlib.suppress(Exception):
+                        await self.layer.group_add(reply_group(self.session_id), channel)
+                    continue
                 if message.get("type") == STOP:
                     self.cancel.set()
                     SLOTS.wake()

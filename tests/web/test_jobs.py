@@ -1,5 +1,5 @@
 """Jobs: at most ``CACHET_MAX_REPLIES`` replies hold a database connection at once; the others wait in order,
-their tabs told so, and a Stop reaches a waiting one too."""
+their tabs told so, and a Stop reaches a waiting one too, and through Redis one whose listener lost it a moment."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from django.db import connection
 from chat.testing.scripted_server import ScriptedServer, Step
 from chat.tools import tool_list
 from chat.web import jobs
+from chat.web.publisher import reply_group
 from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start
 from tests.web.test_consumers import connected, cookie_for, idle, until
@@ -319,3 +320,50 @@ def test_the_setting_has_a_floor_of_one(monkeypatch: pytest.MonkeyPatch) -> None
     slots = jobs.ReplySlots()
     assert slots.acquire(limit=0, cancelled=lambda: False, waiting=lambda ahead: None)
     assert slots.holding == 1
+
+
+REDIS = "redis://127.0.0.1:6379/12"  # emptied before and after
+
+
+@pytest_asyncio.fixture
+async def redis_layer() -> AsyncIterator[tuple[Any, Any]]:
+    """Channels' Redis layer as the settings make it with ``REDIS_URL``, and a plain client of the same Redis."""
+    redis = pytest.importorskip("redis")
+    from channels_redis.core import RedisChannelLayer
+    from django.conf import settings
+
+    client = redis.Redis.from_url(REDIS, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.exceptions.ConnectionError as error:
+        pytest.skip(f"Redis is not reachable at {REDIS} ({error}); this test needs it")
+    layer = RedisChannelLayer(hosts=[{"address": REDIS, "socket_timeout": settings.REDIS_SOCKET_TIMEOUT}])
+    await layer.flush()
+    yield layer, client
+    await layer.flush()
+    client.close()
+
+
+@pytest.mark.asyncio
+async def test_a_stop_reaches_a_reply_whose_listener_lost_redis_for_a_moment(
+    many_sessions: list[ChatSession], model: ScriptedServer, redis_layer: tuple[Any, Any]
+) -> None:
+    layer, client = redis_layer
+    session = many_sessions[0]
+    model.push(Step(text=" ".join(f"w{n}" for n in range(600)), chunk_size=3, delay=0.01))
+    job = jobs.Job(
+        session_id=session.pk, action=jobs.Send("Long one"), layer=layer, event_loop=asyncio.get_running_loop()
+    )
+    await job.begin()
+    async with asyncio.timeout(10):
+        while not model.requests:
+            await asyncio.sleep(0.02)
+    listening = [c for c in client.client_list() if c.get("cmd") == "bzpopmin" and c.get("db") == "12"]
+    assert len(listening) == 1, listening  # the job's listener, waiting for a Stop
+    client.client_kill_filter(_id=listening[0]["id"])
+    await asyncio.sleep(0.1)
+    await layer.group_send(reply_group(session.pk), {"type": jobs.STOP})
+    assert await sync_to_async(job.done.wait)(10), "the Stop reached the reply"
+    turns = await sync_to_async(_turns)()
+    assert [(session_id, status) for session_id, _, status in turns] == [(session.pk, TurnStatus.INTERRUPTED)]
+    assert len(model.requests) == 1
