@@ -36,6 +36,7 @@ from typing import Any, Protocol
 import httpx
 
 POLL_SECONDS = 0.05
+SEND_WAIT_SECONDS = 0.5  # ``start`` waits at most this long for the request to be written
 ERROR_BODY_LIMIT = 64 * 1024
 EXCERPT_CHARS = 300
 
@@ -476,6 +477,7 @@ class _Exchange:
     client: httpx.Client | None
     items: queue.Queue[_Item] = field(default_factory=queue.Queue)
     stop: threading.Event = field(default_factory=threading.Event)
+    sent: threading.Event = field(default_factory=threading.Event)  # the request is written, or never will be
     sock: socket.socket | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -492,6 +494,7 @@ class _Exchange:
                 timeout=self.timeout,
                 extensions={"trace": self._trace},
             ) as response:
+                self.sent.set()  # where no trace said so (a transport of another kind): an answer came
                 stream = response.extensions.get("network_stream")
                 if stream is not None:
                     self._remember(stream.get_extra_info("socket"))
@@ -512,11 +515,14 @@ class _Exchange:
             if not self.stop.is_set():
                 self.items.put(_Failed(error, head_sent))
         finally:
+            self.sent.set()
             if own:
                 client.close()
 
     def _trace(self, event: str, info: dict[str, Any]) -> None:
-        if event.endswith("connect_tcp.complete"):
+        if event.endswith(("send_request_body.complete", "send_request_body.failed")):
+            self.sent.set()
+        elif event.endswith("connect_tcp.complete"):
             stream = info.get("return_value")
             if stream is not None:
                 self._remember(stream.get_extra_info("socket"))
@@ -647,7 +653,9 @@ class ModelStream:
         self._finished = False
 
     def start(self) -> None:
-        """Send the request now, before the iteration (which sends it where this was not called)."""
+        """Send the request now, before the iteration (which sends it where this was not called); return once
+        it is written (or after ``SEND_WAIT_SECONDS``, or on a cancel), so the caller's work meanwhile does not
+        hold up the worker that writes it."""
         if self._exchange is not None:
             return
         headers = _headers(self.api_key, "text/event-stream")
@@ -667,6 +675,10 @@ class ModelStream:
         self._started = time.monotonic()
         self._worker = threading.Thread(target=self._exchange.run, name="model-stream", daemon=True)
         self._worker.start()
+        deadline = self._started + SEND_WAIT_SECONDS
+        while not self._exchange.sent.wait(max(0.0, min(POLL_SECONDS, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline or (self.cancel is not None and self.cancel.is_set()):
+                break
 
     def close(self) -> None:
         """Stop an answer that is not finished (a started one that is never iterated included)."""

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
+import time
 
 import pytest
 
 from chat.agent.model_client import (
+    SEND_WAIT_SECONDS,
     ModelUnavailable,
     ReasoningPiece,
     TextPiece,
@@ -149,3 +154,57 @@ def test_list_models_unreachable() -> None:
         url = gone.base_url
     with pytest.raises(ModelUnavailable, match="connection refused"):
         list_models(base_url=url, api_key=None, timeout=2.0)
+
+
+class _Receiver:
+    """A TCP server that takes one connection and reads the request from it only once ``reading`` is set."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.reading = threading.Event()
+        self.received = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/v1"
+
+    def _serve(self) -> None:
+        connection, _ = self.listener.accept()
+        with connection:
+            self.reading.wait(10)
+            connection.settimeout(5)
+            with contextlib.suppress(OSError):
+                while chunk := connection.recv(1 << 16):
+                    self.received += len(chunk)
+
+    def close(self) -> None:
+        self.reading.set()
+        self.listener.close()
+        self.thread.join(5)
+
+
+@pytest.mark.parametrize("reads", [False, True])
+def test_start_returns_once_the_request_is_written(reads: bool) -> None:
+    """What the caller does after ``start`` (storing, rendering) must not hold up the thread writing the
+    request: ``start`` returns once it is written, and waits no longer than ``SEND_WAIT_SECONDS`` for that."""
+    receiver = _Receiver()
+    if reads:
+        receiver.reading.set()
+    body = b'{"messages": [], "padding": "' + b"x" * (16 << 20) + b'"}'  # more than the socket buffers hold
+    answer = stream_chat(base_url=receiver.base_url, api_key=None, body=body, timeouts=FAST)
+    began = time.monotonic()
+    answer.start()
+    waited = time.monotonic() - began
+    try:
+        if reads:
+            # all of it written: what the server has not read yet is at most what the buffers between hold
+            assert receiver.received > len(body) // 2, "the request was written before start returned"
+            assert waited < SEND_WAIT_SECONDS
+        else:
+            assert SEND_WAIT_SECONDS * 0.9 <= waited < SEND_WAIT_SECONDS + 0.5, "a request the server does not read"
+    finally:
+        answer.close()
+        receiver.close()
