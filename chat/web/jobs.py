@@ -290,16 +290,20 @@ class Job:
         threading.Thread(target=self._main, name=f"cachet-reply-{self.session_id}", daemon=True).start()
 
     async def _listen(self, channel: str) -> None:
+        lost = False
         try:
             while True:
                 try:
                     message = await self.layer.receive(channel)
                 except Exception:  # Redis went away a moment: listen again, or a Stop could no longer come
-                    logger.warning("session %s: the reply's listener lost the channel layer", self.session_id)
+                    if not lost:
+                        logger.warning("session %s: the reply's listener lost the channel layer", self.session_id)
+                    lost = True
                     await asyncio.sleep(LISTEN_AGAIN_SECONDS)
                     with contextlib.suppress(Exception):
                         await self.layer.group_add(reply_group(self.session_id), channel)
                     continue
+                lost = False
                 if message.get("type") == STOP:
                     self.cancel.set()
                     SLOTS.wake()
