@@ -42,11 +42,11 @@ from tests.browser.browser_kit import (
     login,
     watch_errors,
 )
+from tests.redis_kit import REDIS, redis_client
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=15_000)  # as the other browser tests
 
-REDIS = "redis://127.0.0.1:6379"
 REDIS_DB = 14  # emptied before and after the test
 SECRET_KEY = "cachet-two-processes-test-secret-key-not-for-production"
 START_TIMEOUT = 45.0
@@ -108,12 +108,7 @@ class Cluster:
 
 @pytest.fixture
 def redis_url() -> Iterator[str]:
-    redis = pytest.importorskip("redis")
-    client = redis.Redis.from_url(f"{REDIS}/{REDIS_DB}", socket_connect_timeout=2)
-    try:
-        client.ping()
-    except redis.exceptions.ConnectionError as error:
-        pytest.skip(f"Redis is not reachable at {REDIS} ({error}); this test needs it")
+    client = redis_client(f"{REDIS}/{REDIS_DB}")
     client.flushdb()
     try:
         yield f"{REDIS}/{REDIS_DB}"

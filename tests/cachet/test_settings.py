@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
+from channels_redis.core import RedisChannelLayer
 from django.conf import settings
+
+from tests.redis_kit import REDIS, redis_client
 
 PRODUCTION_KEY = "tUv3kP9qXw2zR7mN4bJ8sL1cY6hG0fD5aE-x_QoWiVnTrMkSjZlHgF"
 UNREACHABLE_DATABASE = "postgres://cachet@127.0.0.1:9/cachet"  # settings and checks never connect
@@ -112,14 +114,8 @@ def test_hsts_can_be_set_apart_and_preloaded_on_request(tmp_path: Path) -> None:
 def test_with_redis_a_consumer_idle_past_the_blocking_pop_still_gets_its_message(tmp_path: Path) -> None:
     """channels_redis pops with a 5 s block; a read timeout of the same 5 s (redis-py 8's default) made every
     idle consumer fail, and its tab's socket close, after 5 s."""
-    redis = pytest.importorskip("redis")
-    from channels_redis.core import RedisChannelLayer
-
-    url = "redis://127.0.0.1:6379/13"
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
-    except redis.exceptions.ConnectionError as error:
-        pytest.skip(f"Redis is not reachable at {url} ({error}); this test needs it")
+    url = f"{REDIS}/13"
+    redis_client(url).close()
     layers = settings_under(tmp_path, ["CHANNEL_LAYERS"], REDIS_URL=url)["CHANNEL_LAYERS"]
     assert layers["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
     layer = RedisChannelLayer(**layers["default"]["CONFIG"])

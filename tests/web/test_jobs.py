@@ -14,6 +14,7 @@ import pytest
 import pytest_asyncio
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from channels_redis.core import RedisChannelLayer
 from django.db import connection
 
 from chat.testing.scripted_server import ScriptedServer, Step
@@ -22,6 +23,7 @@ from chat.web import jobs
 from chat.web.publisher import reply_group
 from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start
+from tests.redis_kit import REDIS, redis_client
 from tests.web.test_consumers import connected, cookie_for, idle, until
 
 
@@ -322,22 +324,16 @@ def test_the_setting_has_a_floor_of_one(monkeypatch: pytest.MonkeyPatch) -> None
     assert slots.holding == 1
 
 
-REDIS = "redis://127.0.0.1:6379/12"  # emptied before and after
+REDIS_DB_URL = f"{REDIS}/12"  # emptied before and after
 
 
 @pytest_asyncio.fixture
 async def redis_layer() -> AsyncIterator[tuple[Any, Any]]:
     """Channels' Redis layer as the settings make it with ``REDIS_URL``, and a plain client of the same Redis."""
-    redis = pytest.importorskip("redis")
-    from channels_redis.core import RedisChannelLayer
-    from django.conf import settings
+    from django.conf import settings  # the tests above take pytest-django's fixture of that name
 
-    client = redis.Redis.from_url(REDIS, socket_connect_timeout=2)
-    try:
-        client.ping()
-    except redis.exceptions.ConnectionError as error:
-        pytest.skip(f"Redis is not reachable at {REDIS} ({error}); this test needs it")
-    layer = RedisChannelLayer(hosts=[{"address": REDIS, "socket_timeout": settings.REDIS_SOCKET_TIMEOUT}])
+    client = redis_client(REDIS_DB_URL)
+    layer = RedisChannelLayer(hosts=[{"address": REDIS_DB_URL, "socket_timeout": settings.REDIS_SOCKET_TIMEOUT}])
     await layer.flush()
     yield layer, client
     await layer.flush()
