@@ -643,6 +643,7 @@ class ReplyLoop:
         assert builder is not None
         table: list[PriorResult] = reply_table(turn)
         context = tool_context(session, table=table, cancelled=self.cancel.is_set, config=self.config)
+        result_number = session.next_result_number  # only replies take result numbers, and this one holds the lock
         for step_number in range(1, self.max_steps + 1):
             built = builder.build()
             if settings.CACHET_CHECK_REQUESTS:
@@ -693,7 +694,9 @@ class ReplyLoop:
                     outcome=outcome,
                     table=table,
                     config=self.config,
+                    number=result_number,
                 )
+                result_number = result.number + 1
                 table.append(prior_result(result))
                 builder.add_result(result)
                 self._held.append(ResultStored(result, turn.revision))

@@ -25,8 +25,12 @@ from __future__ import annotations
 
 from django.db import connection
 
+WITHOUT_WAITING = "set_config('synchronous_commit', 'off', true)"
+"""An expression that lets the commit of the transaction it runs in return before its WAL reaches the disk: a
+statement that is its own transaction (outside ``atomic``) selects it rather than take a round trip of its own."""
+
 
 def commit_without_waiting_for_disk() -> None:
     """Let the current transaction's commit return before its WAL reaches the disk."""
     with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL synchronous_commit = off")
+        cursor.execute(f"SELECT {WITHOUT_WAITING}")

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, Turn
 from sessions_app.selectors.requests import BuiltRequest, PreviousRequest
-from sessions_app.services.durability import commit_without_waiting_for_disk
+from sessions_app.services.durability import WITHOUT_WAITING, commit_without_waiting_for_disk
+from sessions_app.services.rows import row_insert, row_stored, row_values
 from sessions_app.text import storable, storable_json
 from sessions_app.types import PendingBreak
 
@@ -85,7 +86,6 @@ def prefix_verdict(
     return PrefixVerdict(shared, boundary, cause)
 
 
-@transaction.atomic
 def request_record_start(
     *,
     session: ChatSession,
@@ -99,8 +99,8 @@ def request_record_start(
 ) -> tuple[ModelRequest, PreviousRequest]:
     """Write the request's row before it is sent, with its prefix verdict against ``previous``; the
     request becomes what the next one is compared with (its bytes are kept by :func:`request_last_keep`).
-    Its commit does not wait for the disk: the record of the answer before it, once it is sent, does."""
-    commit_without_waiting_for_disk()
+    Its commit does not wait for the disk: the record of the answer before it, once it is sent, does. One
+    statement, atomic by itself (``sessions_app.services.rows``), which also clears the session's pending breaks."""
     verdict = prefix_verdict(
         previous=previous.body,
         built=built,
@@ -116,7 +116,7 @@ def request_record_start(
             verdict.shared_prefix_bytes,
             verdict.expected_shared_bytes,
         )
-    request = ModelRequest.objects.create(
+    request = ModelRequest(
         session=session,
         turn=turn,
         step_number=step_number,
@@ -129,8 +129,21 @@ def request_record_start(
         expected_shared_bytes=verdict.expected_shared_bytes,
         break_cause=verdict.cause,
     )
+    cleared = ""
+    params: list[Any] = []
     if previous.pending:
-        ChatSession.objects.filter(pk=session.pk).update(pending_breaks=[])
+        sessions = connection.ops.quote_name(ChatSession._meta.db_table)
+        cleared = f"WITH cleared AS (UPDATE {sessions} SET pending_breaks = '[]' WHERE id = %s) "
+        params.append(session.pk)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"{cleared}{row_insert(ModelRequest).sql} RETURNING id, {WITHOUT_WAITING}",
+            [*params, *row_values(request)],
+        )
+        row = cursor.fetchone()
+    assert row is not None, "an insert returns its row"
+    row_stored(request, int(row[0]))
+    if previous.pending:
         session.pending_breaks = []
     turn_number = turn.number if turn is not None else None
     return request, PreviousRequest(body=built.body, turn_number=turn_number, pending=())

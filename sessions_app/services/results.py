@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from sessions_app import prompts
 from sessions_app.hygiene import PriorResult, Rendered, args_key, render_result
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.hygiene.outcomes import EditOutcome, Outcome, ReadOutcome
 from sessions_app.models import Result, Step, Turn
-from sessions_app.services.durability import commit_without_waiting_for_disk
-from sessions_app.services.revisions import result_number_next
+from sessions_app.services.durability import WITHOUT_WAITING
+from sessions_app.services.revisions import result_number_next, turn_bump
+from sessions_app.services.rows import row_insert, row_stored, row_values
 from sessions_app.text import storable, storable_json
 
 
@@ -37,7 +38,6 @@ def reply_table(turn: Turn) -> list[PriorResult]:
     return [prior_result(result) for result in Result.objects.filter(turn=turn).order_by("number")]
 
 
-@transaction.atomic
 def result_insert(
     *,
     turn: Turn,
@@ -49,23 +49,83 @@ def result_insert(
     outcome: Outcome,
     table: Sequence[PriorResult] | None = None,
     config: ContextConfig | None = None,
+    number: int | None = None,
 ) -> Result:
     """Give the outcome the session's next id under the session row's lock and store it in full.
 
     ``table`` is the dedupe table, the results of this reply so far (read from the store when not given).
+    ``number`` is the session's next id as the caller knows it (a reply holds the session's reply lock, and
+    only replies take ids): then one statement takes it and stores the row where it is still the next one;
+    otherwise, or where it is not, the id is taken first and the row stored after, in one transaction.
     The commit does not wait for the disk: the next request's record or the turn's end, which always follow,
     do (``sessions_app.services.durability``).
     """
-    commit_without_waiting_for_disk()
-    number = result_number_next(turn)
     key = storable(args_key(arguments))  # as stored, so it matches the keys of earlier results
+    prior = list(table) if table is not None else reply_table(turn)
+    rules = config or prompts.rules_config()
+    if number is not None:
+        result = _result_row(turn, step, call_id, tool, arguments, arguments_raw, outcome, key, prior, rules, number)
+        if _stored_as_next(result, turn):
+            return result
+    return _result_insert_next(turn, step, call_id, tool, arguments, arguments_raw, outcome, key, prior, rules)
+
+
+@transaction.atomic
+def _result_insert_next(
+    turn: Turn,
+    step: Step | None,
+    call_id: str,
+    tool: str,
+    arguments: object,
+    arguments_raw: str,
+    outcome: Outcome,
+    key: str,
+    table: list[PriorResult],
+    config: ContextConfig,
+) -> Result:
+    number = result_number_next(turn, without_waiting=True)
+    result = _result_row(turn, step, call_id, tool, arguments, arguments_raw, outcome, key, table, config, number)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{row_insert(Result).sql} RETURNING id", row_values(result))
+        row = cursor.fetchone()
+    assert row is not None, "an insert returns its row"
+    return row_stored(result, int(row[0]))
+
+
+def _stored_as_next(result: Result, turn: Turn) -> bool:
+    """Store ``result`` in one statement where its number is the session's next one (which it takes, under
+    the session row's lock); whether it was."""
+    bump = turn_bump(turn, take_result_number=True, if_next=result.number)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH {bump.sql} {row_insert(Result).sql} FROM marked "
+            f"RETURNING id, (SELECT revision FROM marked), {WITHOUT_WAITING}",
+            [*bump.params, *row_values(result)],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    turn.revision = int(row[1])
+    row_stored(result, int(row[0]))
+    return True
+
+
+def _result_row(
+    turn: Turn,
+    step: Step | None,
+    call_id: str,
+    tool: str,
+    arguments: object,
+    arguments_raw: str,
+    outcome: Outcome,
+    key: str,
+    table: list[PriorResult],
+    config: ContextConfig,
+    number: int,
+) -> Result:
+    """The row of result ``number``: the rules render the outcome against the reply's results so far."""
     rendered: Rendered = render_result(
-        number=number,
-        tool=tool,
-        args_key=key,
-        outcome=outcome,
-        table=list(table) if table is not None else reply_table(turn),
-        config=config or prompts.rules_config(),
+        number=number, tool=tool, args_key=key, outcome=outcome, table=table, config=config
     )
     fields: dict[str, object] = {}
     if isinstance(outcome, ReadOutcome):
@@ -83,7 +143,7 @@ def result_insert(
             "path": storable(outcome.changes[0].path) if len(outcome.changes) == 1 else "",
             "abs_path": storable(outcome.changes[0].abs_path) if len(outcome.changes) == 1 else "",
         }
-    result = Result.objects.create(
+    return Result(
         session_id=turn.session_id,
         number=number,
         turn=turn,
@@ -100,4 +160,3 @@ def result_insert(
         stale=list(rendered.stale),
         **fields,
     )
-    return result

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -13,8 +13,9 @@ from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import ChatSession, Generation, Step, StepDraft, Turn, TurnStatus
 from sessions_app.selectors.sessions import current_generation, history_turns, last_live_turn
 from sessions_app.selectors.turns import turn_draft_text, turn_reply_text
-from sessions_app.services.durability import commit_without_waiting_for_disk
-from sessions_app.services.revisions import revision_next, turn_revision_next
+from sessions_app.services.durability import WITHOUT_WAITING, commit_without_waiting_for_disk
+from sessions_app.services.revisions import revision_next, turn_bump
+from sessions_app.services.rows import row_insert, row_stored, row_values
 from sessions_app.text import storable, storable_or_none
 from sessions_app.types import StoredCall
 
@@ -170,7 +171,6 @@ def step_draft_save(*, turn: Turn, number: int, text: str, reasoning: str) -> No
     )
 
 
-@transaction.atomic
 def step_record(
     *,
     turn: Turn,
@@ -184,12 +184,11 @@ def step_record(
 ) -> Step:
     """Store step ``number`` of a reply as the model sent it; its draft goes (``drafted`` false: none was
     saved, so there is none to delete). ``wait_for_disk`` false: the caller's next commit waits for it
-    (``sessions_app.services.durability``)."""
-    if not wait_for_disk:
-        commit_without_waiting_for_disk()
-    if drafted:
-        StepDraft.objects.filter(turn=turn, number=number).delete()
-    step = Step.objects.create(
+    (``sessions_app.services.durability``).
+
+    One statement, atomic by itself (``sessions_app.services.rows``): the draft goes, the step is inserted, the
+    session's revision moves on and the turn is marked changed at it."""
+    step = Step(
         turn=turn,
         number=number,
         text=storable(text),
@@ -200,8 +199,25 @@ def step_record(
         ],
         finish_reason=storable(finish_reason or ""),
     )
-    turn_revision_next(turn)
-    return step
+    bump = turn_bump(turn)
+    params = [*bump.params]
+    dropped = ""
+    if drafted:
+        drafts = connection.ops.quote_name(StepDraft._meta.db_table)
+        dropped = f", dropped AS (DELETE FROM {drafts} WHERE turn_id = %s AND number = %s)"
+        params += [turn.pk, number]
+    also = "" if wait_for_disk else f", {WITHOUT_WAITING}"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH {bump.sql}{dropped} {row_insert(Step).sql} FROM marked "
+            f"RETURNING id, (SELECT revision FROM marked){also}",
+            [*params, *row_values(step)],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise Turn.DoesNotExist(f"No turn {turn.pk} in session {turn.session_id}.")
+    turn.revision = int(row[1])
+    return row_stored(step, int(row[0]))
 
 
 @transaction.atomic

@@ -28,6 +28,7 @@ from chat.agent.loop import ReplyLoop
 from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, TurnStatus
 from sessions_app.selectors.requests import RequestBuilder, previous_request
+from sessions_app.services.durability import WITHOUT_WAITING
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -144,17 +145,22 @@ def test_a_closed_action_still_records_the_answer_it_held(
     assert previous_request(scripted_session).known
 
 
-NO_WAIT = "SET LOCAL synchronous_commit = off"
 COMMIT = "COMMIT"
 
 
 def _statements(session: ChatSession, words: str, monkeypatch: Any) -> list[str]:
-    """The statements of one send, with a ``COMMIT`` where each transaction ended."""
+    """The statements of one send, with a ``COMMIT`` where each transaction ended (after each statement run
+    outside ``atomic``, which is a transaction of its own)."""
     statements: list[str] = []
 
     def note(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         statements.append(sql)
-        return execute(sql, params, many, context)
+        alone = not connection.in_atomic_block
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            if alone:
+                statements.append(COMMIT)
 
     commit = connection._commit  # type: ignore[attr-defined]
 
@@ -169,14 +175,15 @@ def _statements(session: ChatSession, words: str, monkeypatch: Any) -> list[str]
     return statements
 
 
-def _at(statements: list[str], start: str) -> list[int]:
-    return [i for i, sql in enumerate(statements) if sql.startswith(start)]
+def _at(statements: list[str], part: str) -> list[int]:
+    return [i for i, sql in enumerate(statements) if part in sql]
 
 
 def _waits(statements: list[str], index: int) -> bool:
     """Whether the transaction of the statement at ``index`` waits for the disk as it commits."""
-    begun = max([i for i in _at(statements, COMMIT) if i < index], default=-1) + 1
-    return NO_WAIT not in statements[begun:index]
+    begun = max([i for i, sql in enumerate(statements) if sql == COMMIT and i < index], default=-1) + 1
+    ended = min([i for i, sql in enumerate(statements) if sql == COMMIT and i > index], default=len(statements))
+    return not any(WITHOUT_WAITING in sql for sql in statements[begun:ended])
 
 
 def test_a_steps_results_reach_the_disk_once_the_next_request_is_sent(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection, transaction
 
-from sessions_app.services.durability import commit_without_waiting_for_disk
+from sessions_app.services.durability import WITHOUT_WAITING, commit_without_waiting_for_disk
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,3 +25,11 @@ def test_only_the_transaction_that_asks_commits_without_waiting() -> None:
     assert _setting() == "on", "the next transaction waits for the disk again"
     with transaction.atomic():
         assert _setting() == "on"
+
+
+def test_a_statement_that_is_its_own_transaction_asks_for_itself_alone() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT current_setting('synchronous_commit'), {WITHOUT_WAITING}")
+        row = cursor.fetchone()
+    assert row is not None and row[1] == "off"
+    assert _setting() == "on", "outside atomic the setting ends with the statement's own transaction"
