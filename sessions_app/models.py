@@ -171,7 +171,8 @@ class Turn(models.Model):
     class Meta:
         ordering = ["session", "number"]
         constraints = [models.UniqueConstraint(fields=["session", "number"], name="turn_unique_number")]
-        indexes = [models.Index(fields=["session", "status"]), models.Index(fields=["session", "revision"])]
+        # No index on revision: it moves on at every step, and unindexed it changes the row in place (0013).
+        indexes = [models.Index(fields=["session", "status"])]
 
     def __str__(self) -> str:
         return f"{self.session_id} turn {self.number}"

@@ -14,7 +14,7 @@ from django.utils import timezone
 from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, Turn
 from sessions_app.selectors.requests import BuiltRequest, PreviousRequest
 from sessions_app.services.durability import WITHOUT_WAITING, commit_without_waiting_for_disk
-from sessions_app.services.rows import row_insert, row_stored, row_values
+from sessions_app.services.rows import row_insert, row_stored, row_update, row_values
 from sessions_app.text import storable, storable_json
 from sessions_app.types import PendingBreak
 
@@ -162,7 +162,6 @@ def request_last_keep(*, session: ChatSession, last: PreviousRequest) -> None:
     )
 
 
-@transaction.atomic
 def request_record_finish(
     *,
     request: ModelRequest,
@@ -177,9 +176,7 @@ def request_record_finish(
     wait_for_disk: bool = False,
 ) -> ModelRequest:
     """Complete the row with what the server reported; an ``error`` marks it failed. With ``wait_for_disk``
-    its commit brings to the disk everything committed before it without waiting."""
-    if not wait_for_disk:
-        commit_without_waiting_for_disk()
+    its commit brings to the disk everything committed before it without waiting. One statement."""
     request.prompt_tokens = prompt_tokens
     request.cached_tokens = cached_tokens
     request.completion_tokens = completion_tokens
@@ -190,8 +187,9 @@ def request_record_finish(
     request.error = storable(error)
     request.status = RequestStatus.FAILED if error else RequestStatus.DONE
     request.finished_at = timezone.now()
-    request.save(
-        update_fields=[
+    row_update(
+        request,
+        [
             "prompt_tokens",
             "cached_tokens",
             "completion_tokens",
@@ -202,7 +200,8 @@ def request_record_finish(
             "error",
             "status",
             "finished_at",
-        ]
+        ],
+        also="" if wait_for_disk else WITHOUT_WAITING,
     )
     return request
 

@@ -9,6 +9,7 @@ and JSON are written as ``Model.objects.create`` writes them.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -49,3 +50,19 @@ def row_stored(instance: M, pk: int) -> M:
     instance._state.adding = False
     instance._state.db = DEFAULT_DB_ALIAS
     return instance
+
+
+def row_update(instance: models.Model, fields: Sequence[str], *, also: str = "") -> None:
+    """Write ``fields`` of ``instance``'s row in one statement (``also``: an expression the statement selects
+    as it returns, such as ``sessions_app.services.durability.WITHOUT_WAITING``)."""
+    meta = type(instance)._meta
+    quote = connection.ops.quote_name
+    written = [field for field in meta.concrete_fields if field.name in fields]
+    assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in written)
+    values = [field.get_db_prep_save(getattr(instance, field.attname), connection) for field in written]
+    returning = f" RETURNING {also}" if also else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(str(meta.pk.column))} = %s{returning}",
+            [*values, instance.pk],
+        )

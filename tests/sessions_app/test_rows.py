@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.db import connection
 from django.forms.models import model_to_dict
@@ -10,7 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from sessions_app.hygiene.outcomes import OutputOutcome
 from sessions_app.models import ChatSession, ModelRequest, Result, Step, StepDraft, Turn
 from sessions_app.selectors.requests import build_request, previous_request
-from sessions_app.services.requests import request_record_start
+from sessions_app.services.durability import WITHOUT_WAITING
+from sessions_app.services.requests import request_record_finish, request_record_start
 from sessions_app.services.results import result_insert
 from sessions_app.services.rows import row_insert, row_stored, row_values
 from sessions_app.services.turns import step_draft_save, step_record, turn_start
@@ -131,3 +134,53 @@ def test_a_result_whose_number_is_taken_gets_the_next_one_in_one_transaction(cha
     with CaptureQueriesContext(connection) as queries:
         assert _insert(turn, step, number=None).number == 3
     assert queries.captured_queries[0]["sql"] == "BEGIN", "without a number: the transaction"
+
+
+@pytest.mark.parametrize("wait_for_disk", [True, False])
+def test_a_request_is_completed_in_one_statement(chat_session: ChatSession, wait_for_disk: bool) -> None:
+    turn = _turn(chat_session)
+    built = build_request(chat_session, current=turn, model_name="m")
+    request, _ = request_record_start(
+        session=chat_session,
+        turn=turn,
+        step_number=1,
+        kind="reply",
+        built=built,
+        endpoint_url="http://127.0.0.1:1/v1",
+        model_name="m",
+        previous=previous_request(chat_session),
+    )
+    with CaptureQueriesContext(connection) as queries:
+        request_record_finish(
+            request=request,
+            prompt_tokens=120,
+            cached_tokens=100,
+            completion_tokens=7,
+            time_to_first_token=0.25,
+            total_time=1.5,
+            usage={"prompt_tokens": 120, "note": "a\x00b"},
+            timings=None,
+            wait_for_disk=wait_for_disk,
+        )
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert len(statements) == 1 and statements[0].startswith('UPDATE "sessions_app_modelrequest" SET "status"')
+    assert (WITHOUT_WAITING in statements[0]) is not wait_for_disk
+    stored = ModelRequest.objects.get(pk=request.pk)
+    assert (stored.status, stored.prompt_tokens, stored.cached_tokens, stored.total_time) == ("done", 120, 100, 1.5)
+    assert stored.usage == {"prompt_tokens": 120, "note": "a\u2400b"} and stored.timings is None
+    assert stored.finished_at is not None and stored.error == ""
+
+
+def test_a_revision_bump_changes_the_turn_in_place_however_long_the_message(chat_session: ChatSession) -> None:
+    words = " ".join(f"word{i} and some text" for i in range(5000))  # 120 KB, full-text indexed
+    turn = turn_start(session=chat_session, words=words, today="2026-12-01", instructions=None)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            'EXPLAIN (ANALYZE, WAL, FORMAT JSON) UPDATE "sessions_app_turn" SET revision = revision + 1 WHERE id = %s',
+            [turn.pk],
+        )
+        row = cursor.fetchone()
+    assert row is not None
+    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    wal_bytes = plan[0]["Plan"]["WAL Bytes"]
+    assert wal_bytes < 1000, f"the update wrote {wal_bytes} bytes of WAL: it went through the turn's indexes"
