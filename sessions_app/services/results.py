@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from django.db import connection, transaction
 
@@ -60,31 +60,84 @@ def result_insert(
     The commit does not wait for the disk: the next request's record or the turn's end, which always follow,
     do (``sessions_app.services.durability``).
     """
-    key = storable(args_key(arguments))  # as stored, so it matches the keys of earlier results
-    prior = list(table) if table is not None else reply_table(turn)
-    rules = config or prompts.rules_config()
+    call_outcome = _Outcome(
+        turn=turn,
+        step=step,
+        call_id=call_id,
+        tool=tool,
+        arguments=arguments,
+        arguments_raw=arguments_raw,
+        outcome=outcome,
+        args_key=storable(args_key(arguments)),  # as stored, so it matches the keys of earlier results
+        table=list(table) if table is not None else reply_table(turn),
+        config=config or prompts.rules_config(),
+    )
     if number is not None:
-        result = _result_row(turn, step, call_id, tool, arguments, arguments_raw, outcome, key, prior, rules, number)
+        result = call_outcome.row(number)
         if _stored_as_next(result, turn):
             return result
-    return _result_insert_next(turn, step, call_id, tool, arguments, arguments_raw, outcome, key, prior, rules)
+    return _result_insert_next(call_outcome)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """A call's outcome on its way to becoming result ``number`` of the reply."""
+
+    turn: Turn
+    step: Step | None
+    call_id: str
+    tool: str
+    arguments: object
+    arguments_raw: str
+    outcome: Outcome
+    args_key: str
+    table: list[PriorResult]
+    config: ContextConfig
+
+    def row(self, number: int) -> Result:
+        """The row of result ``number``: the rules render the outcome against the reply's results so far."""
+        outcome = self.outcome
+        rendered: Rendered = render_result(
+            number=number, tool=self.tool, args_key=self.args_key, outcome=outcome, table=self.table, config=self.config
+        )
+        fields: dict[str, object] = {}
+        if isinstance(outcome, ReadOutcome):
+            fields = {
+                "path": storable(outcome.path),
+                "abs_path": storable(outcome.abs_path),
+                "first_line": outcome.first_line,
+                "last_line": outcome.last_line,
+                "total_lines": outcome.total_lines,
+                "sha256": outcome.sha256,
+            }
+        elif isinstance(outcome, EditOutcome):
+            fields = {
+                "changed_files": storable_json([asdict(change) for change in outcome.changes]),
+                "path": storable(outcome.changes[0].path) if len(outcome.changes) == 1 else "",
+                "abs_path": storable(outcome.changes[0].abs_path) if len(outcome.changes) == 1 else "",
+            }
+        return Result(
+            session_id=self.turn.session_id,
+            number=number,
+            turn=self.turn,
+            step=self.step,
+            call_id=storable(self.call_id),
+            tool=storable(self.tool),
+            arguments=None if isinstance(self.arguments, str) else storable_json(self.arguments),
+            arguments_raw=storable(self.arguments_raw),
+            args_key=self.args_key,
+            kind=rendered.kind,
+            full_text=storable(rendered.full_text),
+            inserted_text=storable(rendered.inserted_text),
+            refers_to=rendered.refers_to,
+            stale=list(rendered.stale),
+            **fields,
+        )
 
 
 @transaction.atomic
-def _result_insert_next(
-    turn: Turn,
-    step: Step | None,
-    call_id: str,
-    tool: str,
-    arguments: object,
-    arguments_raw: str,
-    outcome: Outcome,
-    key: str,
-    table: list[PriorResult],
-    config: ContextConfig,
-) -> Result:
-    number = result_number_next(turn, without_waiting=True)
-    result = _result_row(turn, step, call_id, tool, arguments, arguments_raw, outcome, key, table, config, number)
+def _result_insert_next(outcome: _Outcome) -> Result:
+    result = outcome.row(result_number_next(outcome.turn, without_waiting=True))
     with connection.cursor() as cursor:
         cursor.execute(f"{row_insert(Result).sql} RETURNING id", row_values(result))
         row = cursor.fetchone()
@@ -108,55 +161,3 @@ def _stored_as_next(result: Result, turn: Turn) -> bool:
     turn.revision = int(row[1])
     row_stored(result, int(row[0]))
     return True
-
-
-def _result_row(
-    turn: Turn,
-    step: Step | None,
-    call_id: str,
-    tool: str,
-    arguments: object,
-    arguments_raw: str,
-    outcome: Outcome,
-    key: str,
-    table: list[PriorResult],
-    config: ContextConfig,
-    number: int,
-) -> Result:
-    """The row of result ``number``: the rules render the outcome against the reply's results so far."""
-    rendered: Rendered = render_result(
-        number=number, tool=tool, args_key=key, outcome=outcome, table=table, config=config
-    )
-    fields: dict[str, object] = {}
-    if isinstance(outcome, ReadOutcome):
-        fields = {
-            "path": storable(outcome.path),
-            "abs_path": storable(outcome.abs_path),
-            "first_line": outcome.first_line,
-            "last_line": outcome.last_line,
-            "total_lines": outcome.total_lines,
-            "sha256": outcome.sha256,
-        }
-    elif isinstance(outcome, EditOutcome):
-        fields = {
-            "changed_files": storable_json([asdict(change) for change in outcome.changes]),
-            "path": storable(outcome.changes[0].path) if len(outcome.changes) == 1 else "",
-            "abs_path": storable(outcome.changes[0].abs_path) if len(outcome.changes) == 1 else "",
-        }
-    return Result(
-        session_id=turn.session_id,
-        number=number,
-        turn=turn,
-        step=step,
-        call_id=storable(call_id),
-        tool=storable(tool),
-        arguments=None if isinstance(arguments, str) else storable_json(arguments),
-        arguments_raw=storable(arguments_raw),
-        args_key=key,
-        kind=rendered.kind,
-        full_text=storable(rendered.full_text),
-        inserted_text=storable(rendered.inserted_text),
-        refers_to=rendered.refers_to,
-        stale=list(rendered.stale),
-        **fields,
-    )
