@@ -34,8 +34,8 @@ class TurnBump:
 
 def turn_bump(turn: Turn, *, take_result_number: bool = False, if_next: int | None = None) -> TurnBump:
     """The bump of ``turn``'s session, to put after ``WITH`` in the statement that changes the turn (a step is
-        stored at every step of a reply, so its revision moves on in the same statement). ``if_next``: only where
-        that is the session's next result number. Where the turn is gone (or the number taken), nothing changes
+    stored at every step of a reply, so its revision moves on in the same statement). ``if_next``: only where
+    that is the session's next result number. Where the turn is gone (or the number taken), nothing changes
     and ``marked`` is empty."""
     sessions = connection.ops.quote_name(ChatSession._meta.db_table)
     turns = connection.ops.quote_name(Turn._meta.db_table)
