@@ -58,6 +58,9 @@ def row_update(instance: models.Model, fields: Sequence[str], *, also: str = "")
     meta = type(instance)._meta
     quote = connection.ops.quote_name
     written = [field for field in meta.concrete_fields if field.name in fields]
+    if len(written) != len(set(fields)):
+        unknown = sorted(set(fields) - {field.name for field in written})
+        raise ValueError(f"{meta.label} has no concrete fields {unknown}")
     assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in written)
     values = [field.get_db_prep_save(getattr(instance, field.attname), connection) for field in written]
     returning = f" RETURNING {also}" if also else ""

@@ -15,7 +15,7 @@ from sessions_app.selectors.requests import BuiltRequest, PreviousRequest, build
 from sessions_app.services.durability import WITHOUT_WAITING
 from sessions_app.services.requests import request_record_finish, request_record_start
 from sessions_app.services.results import result_insert
-from sessions_app.services.rows import row_insert, row_stored, row_values
+from sessions_app.services.rows import row_insert, row_stored, row_update, row_values
 from sessions_app.services.turns import step_draft_save, step_record, turn_start
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -181,3 +181,13 @@ def test_a_revision_bump_changes_the_turn_in_place_however_long_the_message(chat
     plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
     wal_bytes = plan[0]["Plan"]["WAL Bytes"]
     assert wal_bytes < 1000, f"the update wrote {wal_bytes} bytes of WAL: it went through the turn's indexes"
+
+
+def test_an_update_of_a_field_the_model_lacks_writes_nothing(chat_session: ChatSession) -> None:
+    turn = _turn(chat_session)
+    request = _record_start(chat_session, turn, build_request(chat_session, current=turn, model_name="m"))
+    request.status = "done"
+    with CaptureQueriesContext(connection) as queries, pytest.raises(ValueError, match="statu"):
+        row_update(request, ["status", "statu"])
+    assert not queries.captured_queries
+    assert ModelRequest.objects.get(pk=request.pk).status == "sending"
