@@ -345,6 +345,14 @@ class Job:
         finally:
             SLOTS.release()
 
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
+        """While the loop waits on something outside the process: others hold the baton, the relay sends; once
+        the loop is back at its own work, the relay is hushed until it publishes again."""
+        with BATON.set_down():
+            yield
+        self.relay.hush()
+
     def _stopped_waiting(self) -> None:
         try:
             if isinstance(self.action, Send | Edit):
@@ -360,7 +368,7 @@ class Job:
             session = ChatSession.objects.select_related("workspace", "endpoint").get(pk=self.session_id)
             publisher = Publisher(session, put=self.relay.put, reply_to=self.reply_to, label=self.action.label)
             publisher.group([fragments.controls_put(running=True, label=self.action.label)])
-            for event in self.action.events(ReplyLoop(session, cancel=self.cancel, waiting=BATON.set_down)):
+            for event in self.action.events(ReplyLoop(session, cancel=self.cancel, waiting=self._waiting)):
                 started_turn = started_turn or isinstance(event, TurnStarted)
                 publisher.publish(event)
         except ChatSession.DoesNotExist:

@@ -6,6 +6,12 @@ deltas of about ``COALESCE_SECONDS`` into one message, keeps the text of the ste
 that connect late, and sends everything in the order it was published. At most every ``RENDER_SECONDS`` it
 also sends the step's markdown rendered so far (``chat.web.live_markdown``: finished blocks once, the tail
 again), which the page shows in place of the raw text until the stored step replaces both.
+
+Between the model's answer and the next request the reply's thread has work of its own (storing the step, running
+a tool, building the request), and on two cores the event loop sending what it gathered would take the interpreter
+from it: the thread :meth:`Relay.hush`-es the relay when it comes back from a wait, and the relay holds its
+sends until the thread publishes something again (the next request is then on its way, or the turn is over) or
+``HUSH_SECONDS`` pass.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ logger = logging.getLogger(__name__)
 COALESCE_SECONDS = 0.05
 RENDER_SECONDS = 0.1
 RENDER_SHARE = 0.2  # of the process's time, at most, spent rendering the live text of all replies streaming
+HUSH_SECONDS = 0.05
 MESSAGE_TYPE = "cachet.message"
 COMPACTING = "Compacting…"
 
@@ -106,7 +113,8 @@ class Relay:
         self._items: collections.deque[_Item] = collections.deque()
         self._wake = asyncio.Event()
         self._closed = False
-        self._waiting = False  # the relay waits for items: the next put wakes it
+        self._waiting = False  # the relay waits for items, or to be spoken to: the next put wakes it
+        self._hushed_until = 0.0
         self._task: asyncio.Task[None] | None = None
         self.turn = 0
         self.step = 0
@@ -120,8 +128,18 @@ class Relay:
     def start(self) -> None:
         self._task = self.loop.create_task(self._run())
 
+    def hush(self) -> None:
+        """Hold the sends for at most ``HUSH_SECONDS``, until the next put of anything but streamed text."""
+        self._hushed_until = time.monotonic() + HUSH_SECONDS
+
+    @property
+    def hushed(self) -> bool:
+        return self._hushed_until > time.monotonic()
+
     def put(self, item: _Item) -> None:
         self._items.append(item)
+        if not isinstance(item, _Delta):
+            self._hushed_until = 0.0
         if self._waiting:  # only an idle relay is woken: one gathering deltas takes them at its deadline
             self._waiting = False
             self.loop.call_soon_threadsafe(self._wake.set)
@@ -164,6 +182,7 @@ class Relay:
                             await asyncio.wait_for(self._wake.wait(), wait)
                 self._waiting = False
             while self._items:
+                await self._quiet()
                 item = self._items.popleft()
                 if isinstance(item, _Delta):
                     await self._deltas(item)
@@ -182,9 +201,21 @@ class Relay:
             return None
         return max(0.0, self._rendered_at + self._render_gap - time.monotonic())
 
+    async def _quiet(self) -> None:
+        """Wait while the relay is hushed (and not closed)."""
+        while not self._closed and self.hushed:
+            self._waiting = True
+            remaining = self._hushed_until - time.monotonic()
+            if remaining > 0 and not self._closed:  # looked at again once a put can see the flag
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), remaining)
+            self._waiting = False
+
     async def _render_if_due(self) -> None:
         if self._render_wait() != 0.0:
             return
+        await self._quiet()
         turn, text = self.turn, self.text
         piece, cost = await asyncio.to_thread(_advance, self.rendered, text)
         self._rendered_at = time.monotonic()
@@ -230,6 +261,7 @@ class Relay:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), remaining)
+        await self._quiet()
         new_text, new_reasoning = "".join(text), "".join(reasoning)
         self.text += new_text
         self.reasoning += new_reasoning

@@ -363,3 +363,18 @@ async def test_a_stop_reaches_a_reply_whose_listener_lost_redis_for_a_moment(
     turns = await sync_to_async(_turns)()
     assert [(session_id, status) for session_id, _, status in turns] == [(session.pk, TurnStatus.INTERRUPTED)]
     assert len(model.requests) == 1
+
+
+def test_a_reply_back_from_a_wait_hushes_its_relay() -> None:
+    """While the reply waits (the model, a tool) its relay sends; once it is back at its own work, the relay
+    keeps quiet until it publishes again."""
+    layer = get_channel_layer()
+    assert layer is not None
+    event_loop = asyncio.new_event_loop()
+    try:
+        job = jobs.Job(session_id=1, action=jobs.Send("hi"), layer=layer, event_loop=event_loop)
+        with job._waiting():
+            assert not job.relay.hushed
+        assert job.relay.hushed
+    finally:
+        event_loop.close()

@@ -3,13 +3,16 @@ to, so a tab that reconnects asks for exactly what it lacks."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from channels.layers import get_channel_layer
 
 from chat.agent.events import ReplyEvent, ResultStored, StepStored, TurnEnded
 from chat.agent.loop import ReplyLoop
@@ -17,7 +20,17 @@ from chat.testing.scripted_server import ScriptedServer, Step
 from chat.web import fragments
 from chat.web import publisher as publisher_module
 from chat.web.display import row_for_result, single_turn, started_turn
-from chat.web.publisher import RENDER_SECONDS, RENDER_SHARE, Publisher, _Item, _Send, render_gap
+from chat.web.publisher import (
+    RENDER_SECONDS,
+    RENDER_SHARE,
+    Publisher,
+    Relay,
+    _Delta,
+    _Item,
+    _Send,
+    render_gap,
+    session_group,
+)
 from chat.web.sync import PageState, catch_up
 from sessions_app.models import ChatSession, Turn
 from sessions_app.services.turns import step_record, turn_fail, turn_finish, turn_start
@@ -162,3 +175,67 @@ def test_live_text_renders_at_most_every_tenth_of_a_second_and_less_often_as_it_
     # Fifty replies streaming at once share the same part of the process as one did.
     assert render_gap(0.004, streaming=50) == pytest.approx(50 * 0.004 / RENDER_SHARE)
     assert render_gap(0.004, streaming=50) == pytest.approx(1.0)
+
+
+async def _relay_and_tab(session_id: int) -> tuple[Relay, Callable[[float], Awaitable[list[str]]]]:
+    """A relay on the in-memory layer and what a tab of its session receives within some seconds."""
+    layer = get_channel_layer()
+    assert layer is not None
+    channel = await layer.new_channel()
+    await layer.group_add(session_group(session_id), channel)
+    relay = Relay(session_id=session_id, layer=layer, loop=asyncio.get_running_loop())
+    relay.start()
+
+    async def received(seconds: float) -> list[str]:
+        texts: list[str] = []
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                message = await asyncio.wait_for(layer.receive(channel), left)
+            except TimeoutError:
+                break
+            texts.append(str(message["text"]))
+        return texts
+
+    return relay, received
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=False)
+async def test_a_hushed_relay_holds_streamed_text_until_the_reply_publishes_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between the model's answer and the next request the reply's thread works and the relay keeps quiet;
+    what the thread publishes next (the next request is on its way) lets everything out, in order."""
+    monkeypatch.setattr(publisher_module, "HUSH_SECONDS", 30.0)
+    relay, received = await _relay_and_tab(9101)
+    relay.hush()
+    assert relay.hushed
+    relay.put(_Delta(1, 1, "text", "held-text"))
+    assert await received(0.3) == [], "nothing goes out while hushed"
+    relay.put(_Send('{"ops": [], "marker": "published"}', None))
+    assert not relay.hushed
+    texts = "".join(await received(1.0))
+    assert "held-text" in texts and "published" in texts
+    assert texts.index("held-text") < texts.index("published"), "in the order put"
+    relay.close()
+    await relay.finished()
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=False)
+async def test_a_hush_runs_out_by_itself_and_a_closed_relay_is_never_hushed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(publisher_module, "HUSH_SECONDS", 0.3)
+    relay, received = await _relay_and_tab(9102)
+    relay.hush()
+    began = time.monotonic()
+    relay.put(_Delta(1, 1, "text", "after-the-hush"))
+    texts = "".join(await received(3.0))
+    assert "after-the-hush" in texts
+    assert time.monotonic() - began >= 0.25
+    monkeypatch.setattr(publisher_module, "HUSH_SECONDS", 30.0)
+    relay.hush()
+    relay.put(_Delta(1, 1, "text", "at-the-close"))
+    relay.close()
+    await asyncio.wait_for(relay.finished(), 2.0)
+    assert "at-the-close" in "".join(await received(0.5))
