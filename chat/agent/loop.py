@@ -435,34 +435,40 @@ class ReplyLoop:
     def _ask(
         self, built: BuiltRequest, *, turn: Turn | None, step_number: int, kind: str, hold: bool = False
     ) -> Generator[ReplyEvent, None, Completion]:
-        """Record and send one request; yields its events and returns the model's answer.
+        """Send and record one request; yields its events and returns the model's answer.
 
-        What waits for a request to be on its way (the record of the answer before it, the events of the step
-        and results stored since) follows as soon as this one is sent, so the model server is not kept idle
-        by bookkeeping; with ``hold``, this answer's record waits in turn for the next request."""
+        The request goes out while its record is written (a record that fails stops it). What waits for a
+        request to be on its way (the record of the answer before it, the events of the step and results stored
+        since) follows as soon as this one is sent, so the model server is not kept idle by bookkeeping; with
+        ``hold``, this answer's record waits in turn for the next request."""
         session = self.session
         if self._previous is None:
             self._previous = previous_request(session)
         else:  # only this action's own writes add breaks while it holds the lock, and they refresh the session
             self._previous = replace(self._previous, pending=tuple(session.pending_breaks or ()))
         previous_body = self._previous.body
-        request, self._previous = request_record_start(
-            session=session,
-            turn=turn,
-            step_number=step_number,
-            kind=kind,
-            built=built,
-            endpoint_url=session.endpoint.base_url,
-            model_name=session.model_name,
-            previous=self._previous,
-        )
+        started = time.monotonic()
+        answer = self.model.stream(built.body, cancel=self.cancel)
+        answer.start(wait=False)  # on its way while its record is written
+        try:
+            request, self._previous = request_record_start(
+                session=session,
+                turn=turn,
+                step_number=step_number,
+                kind=kind,
+                built=built,
+                endpoint_url=session.endpoint.base_url,
+                model_name=session.model_name,
+                previous=self._previous,
+            )
+        except BaseException:
+            answer.close()
+            raise
         self._last_unkept = True
         self.requests.append(request)
         shown = turn if kind == RequestKind.REPLY else None  # a summary streams too, but is no step of the turn
         number = shown.number if shown is not None else 0
         streamed = _Streamed(saved_at=time.monotonic())
-        started = time.monotonic()
-        answer = self.model.stream(built.body, cancel=self.cancel)
         try:
             with self.waiting():  # from the request on: what runs meanwhile waits for the model anyway
                 answer.start()

@@ -24,19 +24,23 @@ import codecs
 import contextlib
 import functools
 import json
+import logging
 import queue
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
 
+logger = logging.getLogger(__name__)
+
 POLL_SECONDS = 0.05
 SEND_WAIT_SECONDS = 0.5  # ``start`` waits at most this long for the request to be written
+WORKER_IDLE_SECONDS = 60.0  # an idle exchange thread waits this long for the next exchange
 ERROR_BODY_LIMIT = 64 * 1024
 EXCERPT_CHARS = 300
 
@@ -478,6 +482,7 @@ class _Exchange:
     items: queue.Queue[_Item] = field(default_factory=queue.Queue)
     stop: threading.Event = field(default_factory=threading.Event)
     sent: threading.Event = field(default_factory=threading.Event)  # the request is written, or never will be
+    ended: threading.Event = field(default_factory=threading.Event)
     sock: socket.socket | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -518,6 +523,7 @@ class _Exchange:
             self.sent.set()
             if own:
                 client.close()
+            self.ended.set()
 
     def _trace(self, event: str, info: dict[str, Any]) -> None:
         if event.endswith(("send_request_body.complete", "send_request_body.failed")):
@@ -546,6 +552,50 @@ class _Exchange:
         if self.sock is not None:
             with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_RDWR)
+
+
+class _Workers:
+    """The threads that run exchanges, each kept a while once idle for the next one: handing an exchange to a
+    waiting thread takes a few microseconds, starting a thread for it most of a millisecond."""
+
+    def __init__(self, *, idle_seconds: float) -> None:
+        self.idle_seconds = idle_seconds
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        self._lock = threading.Lock()
+
+    def run(self, work: Callable[[], None]) -> None:
+        """Run ``work`` in an idle worker, or in a new one."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(inbox,), name="model-stream", daemon=True).start()
+        inbox.put(work)
+
+    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            try:
+                work = inbox.get(timeout=self.idle_seconds)
+            except queue.Empty:
+                with self._lock:
+                    if inbox not in self._idle:
+                        continue  # handed work as the wait ended: it is in the inbox
+                    self._idle.remove(inbox)
+                return
+            try:
+                work()
+            except Exception:
+                logger.exception("a model exchange failed outside its own handling")
+            with self._lock:
+                self._idle.append(inbox)
+
+    @property
+    def idle(self) -> int:
+        with self._lock:
+            return len(self._idle)
+
+
+WORKERS = _Workers(idle_seconds=WORKER_IDLE_SECONDS)
 
 
 @functools.cache
@@ -648,33 +698,33 @@ class ModelStream:
         self.client = client
         self.completion: Completion | None = None
         self._exchange: _Exchange | None = None
-        self._worker: threading.Thread | None = None
         self._started = 0.0
         self._finished = False
+        self.closed = False  # close() was called
 
-    def start(self) -> None:
-        """Send the request now, before the iteration (which sends it where this was not called); return once
-        it is written (or after ``SEND_WAIT_SECONDS``, or on a cancel), so the caller's work meanwhile does not
-        hold up the worker that writes it."""
-        if self._exchange is not None:
+    def start(self, *, wait: bool = True) -> None:
+        """Send the request now, before the iteration (which sends it where this was not called). With ``wait``,
+        return once it is written (or after ``SEND_WAIT_SECONDS``, or on a cancel), so the caller's work
+        meanwhile does not hold up the worker that writes it; without, return as soon as the worker runs."""
+        if self._exchange is None:
+            headers = _headers(self.api_key, "text/event-stream")
+            headers["Content-Type"] = "application/json"
+            headers["Accept-Encoding"] = "identity"
+            timeouts = self.timeouts
+            read_limit = max(timeouts.first_token, timeouts.between_chunks) + 5.0
+            self._exchange = _Exchange(
+                url=self.url,
+                body=self.body,
+                headers=headers,
+                timeout=httpx.Timeout(
+                    connect=timeouts.connect, read=read_limit, write=timeouts.between_chunks, pool=timeouts.connect
+                ),
+                client=self.client,
+            )
+            self._started = time.monotonic()
+            WORKERS.run(self._exchange.run)
+        if not wait:
             return
-        headers = _headers(self.api_key, "text/event-stream")
-        headers["Content-Type"] = "application/json"
-        headers["Accept-Encoding"] = "identity"
-        timeouts = self.timeouts
-        read_limit = max(timeouts.first_token, timeouts.between_chunks) + 5.0
-        self._exchange = _Exchange(
-            url=self.url,
-            body=self.body,
-            headers=headers,
-            timeout=httpx.Timeout(
-                connect=timeouts.connect, read=read_limit, write=timeouts.between_chunks, pool=timeouts.connect
-            ),
-            client=self.client,
-        )
-        self._started = time.monotonic()
-        self._worker = threading.Thread(target=self._exchange.run, name="model-stream", daemon=True)
-        self._worker.start()
         deadline = self._started + SEND_WAIT_SECONDS
         while not self._exchange.sent.wait(max(0.0, min(POLL_SECONDS, deadline - time.monotonic()))):
             if time.monotonic() >= deadline or (self.cancel is not None and self.cancel.is_set()):
@@ -682,10 +732,11 @@ class ModelStream:
 
     def close(self) -> None:
         """Stop an answer that is not finished (a started one that is never iterated included)."""
+        self.closed = True
         if self._exchange is not None:
             self._exchange.abort(hard=not self._finished)
-            if not self._finished and self._worker is not None:
-                self._worker.join(timeout=0.2)
+            if not self._finished:
+                self._exchange.ended.wait(timeout=0.2)
 
     def complete(self) -> Completion:
         """Read the whole answer, dropping the pieces."""
@@ -931,11 +982,12 @@ def stream_chat(
 
 class Answer(Protocol):
     """A model's streamed answer: its pieces as they come, then the whole of it. ``start`` sends the request
-    before the iteration; ``close`` stops an answer that is not finished."""
+    before the iteration (with ``wait``, returning once it is written); ``close`` stops an answer that is not
+    finished."""
 
     completion: Completion | None
 
-    def start(self) -> None: ...
+    def start(self, *, wait: bool = True) -> None: ...
 
     def close(self) -> None: ...
 

@@ -241,7 +241,7 @@ class _CaseAnswer:
         self.model = model
         self.completion: Completion | None = None
 
-    def start(self) -> None:
+    def start(self, *, wait: bool = True) -> None:
         pass
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from chat.agent import loop as loop_module
 from chat.agent.events import (
     ReplyEvent,
     RequestFinished,
@@ -25,7 +26,9 @@ from chat.agent.events import (
     TurnStarted,
 )
 from chat.agent.loop import ReplyLoop
+from chat.agent.model_client import HttpModel, ModelStream
 from chat.testing.scripted_server import ScriptedServer, Step
+from sessions_app.errors import StoreError
 from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, TurnStatus
 from sessions_app.selectors.requests import RequestBuilder, previous_request
 from sessions_app.services.durability import WITHOUT_WAITING
@@ -247,3 +250,29 @@ def test_a_new_turns_history_is_read_once(
     assert second is not None
     afresh = RequestBuilder(scripted_session, model_name=scripted_session.model_name, current=second, upto_step=0)
     assert scripted.requests[-1] == afresh.build().body
+
+
+def test_a_request_whose_record_fails_is_stopped_and_the_turn_fails_with_the_words_kept(
+    scripted_session: ChatSession, scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request goes out while its record is written; where the record fails, the answer is stopped."""
+    scripted.push(Step(text="x" * 400, chunk_size=4, delay=0.05))  # five seconds of answer, never read
+    streams: list[ModelStream] = []
+    plain_stream = HttpModel.stream
+
+    def watched(model: HttpModel, body: bytes, *, cancel: threading.Event) -> ModelStream:
+        stream = plain_stream(model, body, cancel=cancel)
+        streams.append(stream)
+        return stream
+
+    def failing(**kwargs: Any) -> Any:
+        raise StoreError("The database is unavailable; your message is kept.")
+
+    monkeypatch.setattr(HttpModel, "stream", watched)
+    monkeypatch.setattr(loop_module, "request_record_start", failing)
+    events = list(ReplyLoop(scripted_session).send("hello there"))
+    ended = events[-1]
+    assert isinstance(ended, TurnEnded) and ended.turn.status == TurnStatus.FAILED
+    assert ended.turn.words == "hello there" and "database is unavailable" in ended.turn.error
+    assert not ModelRequest.objects.filter(session=scripted_session).exists()
+    assert len(streams) == 1 and streams[0].closed, "the answer was stopped"

@@ -12,11 +12,13 @@ import pytest
 
 from chat.agent.model_client import (
     SEND_WAIT_SECONDS,
+    WORKERS,
     ModelUnavailable,
     ReasoningPiece,
     TextPiece,
     Timeouts,
     ToolCallPiece,
+    _Workers,
     list_models,
     stream_chat,
 )
@@ -208,3 +210,62 @@ def test_start_returns_once_the_request_is_written(reads: bool) -> None:
     finally:
         answer.close()
         receiver.close()
+
+
+def test_start_without_waiting_returns_at_once_and_start_then_waits_for_the_writing() -> None:
+    """The loop sends a request while it writes its record: ``start(wait=False)`` hands the request to a worker
+    and returns; a later ``start()`` waits for it to be written, as a first one would."""
+    receiver = _Receiver()
+    body = b'{"messages": [], "padding": "' + b"x" * (16 << 20) + b'"}'
+    answer = stream_chat(base_url=receiver.base_url, api_key=None, body=body, timeouts=FAST)
+    try:
+        began = time.monotonic()
+        answer.start(wait=False)
+        assert time.monotonic() - began < SEND_WAIT_SECONDS / 2
+        answer.start()
+        assert time.monotonic() - began >= SEND_WAIT_SECONDS * 0.9, "the server reads nothing: start waited"
+    finally:
+        answer.close()
+        receiver.close()
+
+
+def test_the_threads_that_send_requests_are_kept_for_the_next_ones(server: ScriptedServer) -> None:
+    """Starting a thread per request cost most of a millisecond between the model's answer and the next
+    request; an idle worker takes the next request instead."""
+    server.push(*[Step(text=f"answer {n}") for n in range(6)])
+
+    def senders() -> set[int]:
+        return {thread.ident or 0 for thread in threading.enumerate() if thread.name == "model-stream"}
+
+    def ask() -> None:
+        collect(stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST))
+        deadline = time.monotonic() + 2
+        while WORKERS.idle == 0 and time.monotonic() < deadline:  # its worker is idle again just after
+            time.sleep(0.005)
+
+    ask()
+    before = senders()
+    for _ in range(5):
+        ask()
+    assert senders() - before == set(), "one request at a time: no new thread"
+
+
+def test_an_idle_worker_ends_after_a_while() -> None:
+    workers = _Workers(idle_seconds=0.2)
+    ran = threading.Event()
+    workers.run(ran.set)
+    assert ran.wait(2)
+    deadline = time.monotonic() + 2
+    while workers.idle == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert workers.idle == 1
+    again = threading.Event()
+    workers.run(again.set)  # taken by the idle worker
+    assert again.wait(2)
+    deadline = time.monotonic() + 3
+    while workers.idle and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert workers.idle == 0, "the idle worker went away"
+    late = threading.Event()
+    workers.run(late.set)  # a new one starts
+    assert late.wait(2)
