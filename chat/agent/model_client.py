@@ -586,6 +586,7 @@ class _Workers:
                 work()
             except Exception:
                 logger.exception("a model exchange failed outside its own handling")
+            del work  # an idle worker keeps nothing of the request it sent (its body may be megabytes)
             with self._lock:
                 self._idle.append(inbox)
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import socket
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -250,15 +252,27 @@ def test_the_threads_that_send_requests_are_kept_for_the_next_ones(server: Scrip
     assert senders() - before == set(), "one request at a time: no new thread"
 
 
-def test_an_idle_worker_ends_after_a_while() -> None:
+class _Work:
+    def __init__(self) -> None:
+        self.ran = threading.Event()
+
+    def __call__(self) -> None:
+        self.ran.set()
+
+
+def test_an_idle_worker_keeps_nothing_of_its_work_and_ends_after_a_while() -> None:
     workers = _Workers(idle_seconds=0.2)
-    ran = threading.Event()
-    workers.run(ran.set)
+    work = _Work()
+    ran, kept = work.ran, weakref.ref(work)
+    workers.run(work)
+    del work
     assert ran.wait(2)
     deadline = time.monotonic() + 2
     while workers.idle == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert workers.idle == 1
+    gc.collect()
+    assert kept() is None, "the idle worker does not hold the request it sent"
     again = threading.Event()
     workers.run(again.set)  # taken by the idle worker
     assert again.wait(2)
