@@ -706,7 +706,7 @@ class ModelStream:
     def start(self, *, wait: bool = True) -> None:
         """Send the request now, before the iteration (which sends it where this was not called). With ``wait``,
         return once it is written (or after ``SEND_WAIT_SECONDS``, or on a cancel), so the caller's work
-        meanwhile does not hold up the worker that writes it; without, return as soon as the worker runs."""
+        meanwhile does not hold up the worker that writes it; without, return once a worker has it."""
         if self._exchange is None:
             headers = _headers(self.api_key, "text/event-stream")
             headers["Content-Type"] = "application/json"
