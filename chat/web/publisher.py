@@ -173,13 +173,7 @@ class Relay:
             if not self._items and not self._closed:
                 self._waiting = True
                 if not self._items and not self._closed:  # looked at again once a put can see the flag
-                    self._wake.clear()
-                    wait = self._render_wait()
-                    if wait is None:
-                        await self._wake.wait()
-                    elif wait > 0:
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._wake.wait(), wait)
+                    await self._woken_or(self._render_wait())
                 self._waiting = False
             while self._items:
                 await self._quiet()
@@ -201,15 +195,21 @@ class Relay:
             return None
         return max(0.0, self._rendered_at + self._render_gap - time.monotonic())
 
+    async def _woken_or(self, seconds: float | None) -> None:
+        """Wait until the relay is woken or ``seconds`` pass (``None``: no limit)."""
+        self._wake.clear()
+        if seconds is None:
+            await self._wake.wait()
+        elif seconds > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), seconds)
+
     async def _quiet(self) -> None:
         """Wait while the relay is hushed (and not closed)."""
         while not self._closed and self.hushed:
             self._waiting = True
-            remaining = self._hushed_until - time.monotonic()
-            if remaining > 0 and not self._closed:  # looked at again once a put can see the flag
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), remaining)
+            if not self._closed:  # looked at again once a put can see the flag
+                await self._woken_or(self._hushed_until - time.monotonic())
             self._waiting = False
 
     async def _render_if_due(self) -> None:
@@ -258,9 +258,7 @@ class Relay:
                     break
                 # Puts meanwhile do not wake the loop (one wake-up per piece cost more than the rest of its
                 # relay); only close() does, else the deadline.
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), remaining)
+                await self._woken_or(remaining)
         await self._quiet()
         new_text, new_reasoning = "".join(text), "".join(reasoning)
         self.text += new_text
