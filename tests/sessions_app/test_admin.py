@@ -12,10 +12,10 @@ from django.urls import reverse
 
 from sessions_app.hygiene.outcomes import OutputOutcome
 from sessions_app.models import ChatSession, Generation, ModelEndpoint, ModelRequest, Result, Workspace
-from sessions_app.selectors.requests import build_request, previous_request
-from sessions_app.services.requests import request_record_cache_check, request_record_start
+from sessions_app.services.requests import request_record_cache_check
 from sessions_app.services.results import result_insert
 from sessions_app.services.turns import step_record, turn_start
+from tests.sessions_app.store_kit import request_recorded
 
 pytestmark = pytest.mark.django_db
 
@@ -107,17 +107,7 @@ def stored(chat_session: ChatSession, results: list[Result]) -> dict[str, Model]
     """One row of every stored model, a request to a model included."""
     turn = results[0].turn
     step = step_record(turn=turn, number=1, text="t", reasoning="", tool_calls=[], finish_reason="stop")
-    built = build_request(chat_session, current=turn, model_name="scripted")
-    request, _ = request_record_start(
-        session=chat_session,
-        turn=turn,
-        step_number=1,
-        kind="reply",
-        built=built,
-        endpoint_url="http://127.0.0.1:9/v1",
-        model_name="scripted",
-        previous=previous_request(chat_session),
-    )
+    request, _ = request_recorded(chat_session, turn, model_name="scripted")
     return {
         "chatsession": chat_session,
         "generation": Generation.objects.get(session=chat_session),

@@ -7,12 +7,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, StepDraft, Turn
-from sessions_app.selectors.requests import PreviousRequest, build_request, previous_request
+from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, StepDraft
+from sessions_app.selectors.requests import previous_request
 from sessions_app.services.durability import WITHOUT_WAITING
-from sessions_app.services.requests import request_last_keep, request_record_start
+from sessions_app.services.requests import request_last_keep
 from sessions_app.services.turns import step_draft_save, step_record, turn_start
 from sessions_app.text import storable
+from tests.sessions_app.store_kit import request_recorded
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,26 +39,11 @@ def test_a_draft_is_one_row_written_over_then_removed_by_the_stored_step(chat_se
     assert list(StepDraft.objects.filter(turn=turn).values_list("number", flat=True)) == [2]
 
 
-def _record_start(session: ChatSession, turn: Turn, step_number: int) -> PreviousRequest:
-    built = build_request(session, current=turn, model_name="m")
-    _, sent = request_record_start(
-        session=session,
-        turn=turn,
-        step_number=step_number,
-        kind="reply",
-        built=built,
-        endpoint_url="http://127.0.0.1:9/v1",
-        model_name="m",
-        previous=previous_request(session),
-    )
-    return sent
-
-
 def test_the_last_request_is_one_row_per_session_written_over(chat_session: ChatSession) -> None:
     turn = turn_start(session=chat_session, words="hi", today="2026-12-01", instructions=None)
-    request_last_keep(session=chat_session, last=_record_start(chat_session, turn, 1))
+    request_last_keep(session=chat_session, last=request_recorded(chat_session, turn, step_number=1)[1])
     step_record(turn=turn, number=1, text="Hi.", reasoning="", tool_calls=[], finish_reason="stop")
-    again = _record_start(chat_session, turn, 2)
+    again = request_recorded(chat_session, turn, step_number=2)[1]
     with CaptureQueriesContext(connection) as queries:
         request_last_keep(session=chat_session, last=again)
     writes = [
@@ -73,11 +59,11 @@ def test_the_last_request_is_one_row_per_session_written_over(chat_session: Chat
 
 def test_a_request_whose_bytes_were_not_kept_makes_the_next_break_a_restart(chat_session: ChatSession) -> None:
     turn = turn_start(session=chat_session, words="hi", today="2026-12-01", instructions=None)
-    request_last_keep(session=chat_session, last=_record_start(chat_session, turn, 1))
+    request_last_keep(session=chat_session, last=request_recorded(chat_session, turn, step_number=1)[1])
     step_record(turn=turn, number=1, text="Hi.", reasoning="", tool_calls=[], finish_reason="tool_calls")
-    _record_start(chat_session, turn, 2)  # sent, then Cachet stopped before the action ended
+    request_recorded(chat_session, turn, step_number=2)[1]  # sent, then Cachet stopped before the action ended
     previous = previous_request(chat_session)
     assert (previous.known, previous.body, previous.turn_number) == (False, b"", None)
-    _record_start(chat_session, turn, 3)
+    request_recorded(chat_session, turn, step_number=3)[1]
     third = ModelRequest.objects.filter(session=chat_session).order_by("-id").first()
     assert third is not None and third.break_cause == BreakCause.RESTART and third.expected_shared_bytes == 0

@@ -11,12 +11,13 @@ from django.test.utils import CaptureQueriesContext
 
 from sessions_app.hygiene.outcomes import OutputOutcome
 from sessions_app.models import ChatSession, ModelRequest, Result, Step, StepDraft, Turn
-from sessions_app.selectors.requests import BuiltRequest, PreviousRequest, build_request, previous_request
+from sessions_app.selectors.requests import build_request, previous_request
 from sessions_app.services.durability import WITHOUT_WAITING
-from sessions_app.services.requests import request_record_finish, request_record_start
+from sessions_app.services.requests import request_record_finish
 from sessions_app.services.results import result_insert
 from sessions_app.services.rows import row_insert, row_stored, row_update, row_values
 from sessions_app.services.turns import step_draft_save, step_record, turn_start
+from tests.sessions_app.store_kit import request_recorded
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -68,22 +69,6 @@ def test_a_step_of_a_turn_that_is_gone_is_not_stored(chat_session: ChatSession) 
     assert ChatSession.objects.get(pk=chat_session.pk).revision == before, "the statement is undone whole"
 
 
-def _record_start(
-    session: ChatSession, turn: Turn, built: BuiltRequest, previous: PreviousRequest | None = None
-) -> ModelRequest:
-    request, _ = request_record_start(
-        session=session,
-        turn=turn,
-        step_number=1,
-        kind="reply",
-        built=built,
-        endpoint_url="http://127.0.0.1:1/v1",
-        model_name="m",
-        previous=previous or previous_request(session),
-    )
-    return request
-
-
 def test_a_request_record_is_one_statement_that_clears_the_pending_breaks(chat_session: ChatSession) -> None:
     turn = _turn(chat_session)
     ChatSession.objects.filter(pk=chat_session.pk).update(pending_breaks=[{"cause": "undo", "turn": 1}])
@@ -92,7 +77,7 @@ def test_a_request_record_is_one_statement_that_clears_the_pending_breaks(chat_s
     assert previous.pending
     built = build_request(chat_session, current=turn, model_name="m")
     with CaptureQueriesContext(connection) as queries:
-        request = _record_start(chat_session, turn, built, previous)
+        request, _ = request_recorded(chat_session, turn, built=built, previous=previous)
     assert len(queries.captured_queries) == 1
     assert ChatSession.objects.get(pk=chat_session.pk).pending_breaks == [] == chat_session.pending_breaks
     stored = ModelRequest.objects.get(pk=request.pk)
@@ -146,7 +131,7 @@ def test_a_result_whose_number_is_taken_gets_the_next_one_in_one_transaction(cha
 @pytest.mark.parametrize("wait_for_disk", [True, False])
 def test_a_request_is_completed_in_one_statement(chat_session: ChatSession, wait_for_disk: bool) -> None:
     turn = _turn(chat_session)
-    request = _record_start(chat_session, turn, build_request(chat_session, current=turn, model_name="m"))
+    request, _ = request_recorded(chat_session, turn)
     with CaptureQueriesContext(connection) as queries:
         request_record_finish(
             request=request,
@@ -185,7 +170,7 @@ def test_a_revision_bump_changes_the_turn_in_place_however_long_the_message(chat
 
 def test_an_update_of_a_field_the_model_lacks_writes_nothing(chat_session: ChatSession) -> None:
     turn = _turn(chat_session)
-    request = _record_start(chat_session, turn, build_request(chat_session, current=turn, model_name="m"))
+    request, _ = request_recorded(chat_session, turn)
     request.status = "done"
     with CaptureQueriesContext(connection) as queries, pytest.raises(ValueError, match="statu"):
         row_update(request, ["status", "statu"])

@@ -8,13 +8,14 @@ import pytest
 
 from sessions_app.hygiene.outcomes import EditOutcome, FileChange, OutputOutcome, ReadOutcome
 from sessions_app.models import ChatSession, ModelRequest, Result, Step, Turn, TurnStatus
-from sessions_app.selectors.requests import build_request, previous_request
+from sessions_app.selectors.requests import build_request
 from sessions_app.services.compaction import compaction_apply
-from sessions_app.services.requests import request_record_finish, request_record_start
+from sessions_app.services.requests import request_record_finish
 from sessions_app.services.results import result_insert
 from sessions_app.services.sessions import session_rename
 from sessions_app.services.turns import step_record, turn_fail, turn_finish, turn_start
 from sessions_app.text import NUL_STANDIN, storable, storable_json
+from tests.sessions_app.store_kit import request_recorded
 
 TODAY = "2026-11-29"
 
@@ -172,17 +173,7 @@ def test_results_with_bad_text_paths_and_arguments_are_stored(chat_session: Chat
 @pytest.mark.django_db
 def test_request_errors_usage_and_summaries_are_stored(chat_session: ChatSession) -> None:
     turn = turn_start(session=chat_session, words="go", today=TODAY, instructions=None)
-    built = build_request(chat_session, current=turn, model_name="scripted")
-    request, _ = request_record_start(
-        session=chat_session,
-        turn=turn,
-        step_number=1,
-        kind="reply",
-        built=built,
-        endpoint_url="http://127.0.0.1:9/v1",
-        model_name="scripted",
-        previous=previous_request(chat_session),
-    )
+    request, _ = request_recorded(chat_session, turn, model_name="scripted")
     request_record_finish(
         request=request,
         prompt_tokens=None,
