@@ -181,12 +181,3 @@ def _endpoint_listings_forgotten() -> Iterator[None]:
     endpoints_forget()
     yield
     endpoints_forget()
-
-
-@pytest.fixture(autouse=True)
-def _disk_flusher_stopped() -> Iterator[None]:
-    """The flusher's thread holds a connection to the test database: it ends with the test that started it."""
-    from sessions_app.services.durability import FLUSHER
-
-    yield
-    FLUSHER.stop()

@@ -11,8 +11,8 @@ thread's database connection.
 
 Between two requests of a reply the server waits only for what the next request needs (the step and its results
 stored, the request recorded); the answer's record and the events of the step and its results follow once the next
-request is sent. None of these commits waits for the disk: once the request is sent, a thread of its own brings
-them there while this one reads the next answer (``sessions_app.services.durability``).
+request is sent. That record's commit is the one that waits for the disk, so the flush of what the step stored
+is not between the model's answer and the next request either (``sessions_app.services.durability``).
 
 A finished request's cache check asks the server to render and tokenize the prompt (up to a second or more on
 a long one), so it runs on a worker thread beside the reply; its result is stored by the loop's own thread
@@ -86,7 +86,6 @@ from sessions_app.selectors.requests import (
 )
 from sessions_app.selectors.sessions import current_generation, history_turns
 from sessions_app.services.compaction import compaction_apply
-from sessions_app.services.durability import flush_behind
 from sessions_app.services.locks import reply_lock
 from sessions_app.services.requests import (
     request_last_keep,
@@ -510,26 +509,23 @@ class ReplyLoop:
             yield from self._answered(answered)
         return completion
 
-    def _answered(self, answered: _Answered) -> Iterator[ReplyEvent]:
-        self._record(answered)
-        yield RequestFinished(answered.request)
-
-    def _record(self, answered: _Answered) -> None:
-        _finish(answered.request, answered.completion)
-        self._check_cache(answered.request, answered.built, answered.previous_body)
+    def _answered(self, answered: _Answered, *, wait_for_disk: bool = False) -> Iterator[ReplyEvent]:
+        request = answered.request
+        _finish(request, answered.completion, wait_for_disk=wait_for_disk)
+        self._check_cache(request, answered.built, answered.previous_body)
+        yield RequestFinished(request)
 
     def _release(self, *, flush: bool = False) -> Iterator[ReplyEvent]:
-        """Record the held answers, then yield the held events in order. With ``flush`` (a request was just
-        sent), what is stored by then (the step, its results, the request, the answers' records) goes to the
-        disk on the flusher's connection while this thread goes on (``sessions_app.services.durability``)."""
-        held, self._held = self._held, []
-        for item in held:
+        """Record the held answers and yield the held events, in order. With ``flush`` (a request was just
+        sent), the first answer's record waits for the disk, and so brings there the step, its results and the
+        request stored since the last commit that did, before the model's next answer is read."""
+        while self._held:
+            item = self._held.pop(0)
             if isinstance(item, _Answered):
-                self._record(item)
-        if flush:
-            flush_behind()
-        for item in held:
-            yield RequestFinished(item.request) if isinstance(item, _Answered) else item
+                yield from self._answered(item, wait_for_disk=flush)
+                flush = False
+            else:
+                yield item
 
     def _release_after_failure(self) -> Iterator[ReplyEvent]:
         try:
@@ -723,6 +719,7 @@ def _finish(
     *,
     started: float = 0.0,
     error: str = "",
+    wait_for_disk: bool = False,
 ) -> None:
     """Complete ``request``'s row with what the server reported (all of it, or what came before ``error``)."""
     request_record_finish(
@@ -735,6 +732,7 @@ def _finish(
         usage=got.usage if got else None,
         timings=got.timings if got else None,
         error=error,
+        wait_for_disk=wait_for_disk,
     )
 
 

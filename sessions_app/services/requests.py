@@ -173,9 +173,10 @@ def request_record_finish(
     usage: dict[str, Any] | None,
     timings: dict[str, Any] | None,
     error: str = "",
+    wait_for_disk: bool = False,
 ) -> ModelRequest:
-    """Complete the row with what the server reported; an ``error`` marks it failed. One statement, whose
-    commit does not wait for the disk (``sessions_app.services.durability``)."""
+    """Complete the row with what the server reported; an ``error`` marks it failed. With ``wait_for_disk``
+    its commit brings to the disk everything committed before it without waiting. One statement."""
     request.prompt_tokens = prompt_tokens
     request.cached_tokens = cached_tokens
     request.completion_tokens = completion_tokens
@@ -200,7 +201,7 @@ def request_record_finish(
             "status",
             "finished_at",
         ],
-        also=WITHOUT_WAITING,
+        also="" if wait_for_disk else WITHOUT_WAITING,
     )
     return request
 

@@ -128,7 +128,8 @@ def test_a_result_whose_number_is_taken_gets_the_next_one_in_one_transaction(cha
     assert queries.captured_queries[0]["sql"] == "BEGIN", "without a number: the transaction"
 
 
-def test_a_request_is_completed_in_one_statement_that_does_not_wait_for_the_disk(chat_session: ChatSession) -> None:
+@pytest.mark.parametrize("wait_for_disk", [True, False])
+def test_a_request_is_completed_in_one_statement(chat_session: ChatSession, wait_for_disk: bool) -> None:
     turn = _turn(chat_session)
     request, _ = request_recorded(chat_session, turn)
     with CaptureQueriesContext(connection) as queries:
@@ -141,10 +142,11 @@ def test_a_request_is_completed_in_one_statement_that_does_not_wait_for_the_disk
             total_time=1.5,
             usage={"prompt_tokens": 120, "note": "a\x00b"},
             timings=None,
+            wait_for_disk=wait_for_disk,
         )
     statements = [q["sql"] for q in queries.captured_queries]
     assert len(statements) == 1 and statements[0].startswith('UPDATE "sessions_app_modelrequest" SET "status"')
-    assert WITHOUT_WAITING in statements[0]
+    assert (WITHOUT_WAITING in statements[0]) is not wait_for_disk
     stored = ModelRequest.objects.get(pk=request.pk)
     assert (stored.status, stored.prompt_tokens, stored.cached_tokens, stored.total_time) == ("done", 120, 100, 1.5)
     assert stored.usage == {"prompt_tokens": 120, "note": "a\u2400b"} and stored.timings is None
