@@ -61,9 +61,9 @@ def test_a_request_whose_bytes_were_not_kept_makes_the_next_break_a_restart(chat
     turn = turn_start(session=chat_session, words="hi", today="2026-12-01", instructions=None)
     request_last_keep(session=chat_session, last=request_recorded(chat_session, turn, step_number=1)[1])
     step_record(turn=turn, number=1, text="Hi.", reasoning="", tool_calls=[], finish_reason="tool_calls")
-    request_recorded(chat_session, turn, step_number=2)[1]  # sent, then Cachet stopped before the action ended
+    request_recorded(chat_session, turn, step_number=2)  # sent, then Cachet stopped before the action ended
     previous = previous_request(chat_session)
     assert (previous.known, previous.body, previous.turn_number) == (False, b"", None)
-    request_recorded(chat_session, turn, step_number=3)[1]
+    request_recorded(chat_session, turn, step_number=3)
     third = ModelRequest.objects.filter(session=chat_session).order_by("-id").first()
     assert third is not None and third.break_cause == BreakCause.RESTART and third.expected_shared_bytes == 0
