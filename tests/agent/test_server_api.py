@@ -61,6 +61,7 @@ def test_a_server_without_them_answers_none_and_is_not_asked_again() -> None:
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Plain)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    server_api.forget(base)  # a server of an earlier test may have had this port and offered less
     try:
         assert server_api.props(base) is None
         assert server_api.tokenize(base, "x") is None
@@ -90,6 +91,7 @@ def test_callers_that_come_together_ask_a_server_that_renders_nothing_once_and_b
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowlyPlain)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    server_api.forget(base)  # a server of an earlier test may have had this port and offered less
     messages = [{"role": "user", "content": "x" * 100_000}]
     answers: list[object] = []
     try:
@@ -136,6 +138,7 @@ def test_callers_that_come_together_for_one_request_have_it_rendered_once() -> N
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowlyRendering)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    server_api.forget(base)  # a server of an earlier test may have had this port and offered less
     messages = [{"role": "user", "content": "x" * 1_000}]
     body = json.dumps({"messages": messages}).encode()
     answers: list[object] = []
