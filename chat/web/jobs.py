@@ -272,7 +272,8 @@ class Job:
     event_loop: asyncio.AbstractEventLoop
     reply_to: str | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
-    done: threading.Event = field(default_factory=threading.Event)
+    free: threading.Event = field(default_factory=threading.Event)  # the session is free for the next action
+    done: threading.Event = field(default_factory=threading.Event)  # and the last of the job's sends is put
     relay: Relay = field(init=False)
     waiting: str = ""  # the label while the job waits for a slot
     _listener: asyncio.Task[None] | None = None
@@ -387,6 +388,7 @@ class Job:
             self._finish()
 
     def _finish(self) -> None:
+        self.free.set()  # before the idle state goes out: a tab that acts on seeing it finds the session free
         try:
             for text in pack([fragments.controls_put(running=False)]):
                 self.relay.put(_Send(text, None))
@@ -402,7 +404,7 @@ _running: set[Job] = set()
 
 def busy(session_id: int) -> bool:
     """Whether a job of this process is running or waiting for the session (the lock says only the former)."""
-    return any(job.session_id == session_id and not job.done.is_set() for job in list(_running))
+    return any(job.session_id == session_id and not job.free.is_set() for job in list(_running))
 
 
 async def start(session_id: int, action: Action, *, reply_to: str | None) -> Job:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ from cachet.asgi import application
 from chat.testing.scripted_server import ScriptedServer, Step
 from chat.web import jobs
 from chat.web.messages import MESSAGE_LIMIT
-from chat.web.publisher import MESSAGE_TYPE, session_group
+from chat.web.publisher import MESSAGE_TYPE, Relay, session_group
 from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Turn, TurnStatus
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -114,13 +115,18 @@ def idle(message: dict[str, Any]) -> bool:
 async def until(
     communicator: WebsocketCommunicator, got: Got, done: Callable[[dict[str, Any]], bool], *, timeout: float = 15
 ) -> Got:
-    """Take messages until one satisfies ``done`` (included)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            raw = await communicator.receive_from(timeout=timeout)
-            assert len(raw.encode()) <= MESSAGE_LIMIT
-            if done(got.take(raw)):
-                return got
+    """Take messages until one satisfies ``done`` (included); on a timeout, say what came last."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                raw = await communicator.receive_from(timeout=timeout)
+                assert len(raw.encode()) <= MESSAGE_LIMIT
+                if done(got.take(raw)):
+                    return got
+    except TimeoutError:
+        turns = await database_sync_to_async(lambda: list(Turn.objects.values_list("number", "status", "error")))()
+        last = [raw[:300] for raw in got.raw[-3:]]
+        raise AssertionError(f"nothing awaited came within {timeout} s; turns {turns}; last messages {last}") from None
 
 
 async def connected(
@@ -252,6 +258,28 @@ async def test_a_second_send_while_a_reply_runs_is_refused(
     await until(communicator, got, idle)
     turns = await database_sync_to_async(lambda: list(Turn.objects.values_list("words", "status")))()
     assert turns == [("Long one", TurnStatus.INTERRUPTED)]
+    await communicator.disconnect()
+
+
+async def test_a_send_made_as_soon_as_the_page_shows_idle_is_taken(
+    live_session: ChatSession, ada_cookie: str, model: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closing = Relay.close
+
+    def slow_close(relay: Relay) -> None:  # the reply's thread set aside just after the idle state is put
+        time.sleep(0.3)
+        closing(relay)
+
+    monkeypatch.setattr(Relay, "close", slow_close)
+    model.push(Step(text="One."), Step(text="Two."))
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    await communicator.send_json_to({"type": "send", "text": "First"})
+    await until(communicator, got, idle)
+    await communicator.send_json_to({"type": "send", "text": "Second"})
+    await until(communicator, got, idle)
+    assert "already running" not in got.html()
+    turns = await database_sync_to_async(lambda: list(Turn.objects.values_list("words", "status")))()
+    assert turns == [("First", TurnStatus.DONE), ("Second", TurnStatus.DONE)]
     await communicator.disconnect()
 
 
