@@ -81,10 +81,10 @@ def test_the_imported_session_goes_on_byte_for_byte_as_the_original_would(
     original = chatted(live_session, model)
     raw = "".join(export_chunks(original, exported_at=WHEN)).encode()
     imported = session_import(owner=other_user, workspace=original.workspace, raw=raw)
-    model.push(Step(text="Three.", tool_calls=[("recall", {"id": "#0001"})]), Step(text="Done."))
-    run(ReplyLoop(original).send("Third", date="2026-11-30"))
-    model.push(Step(text="Three.", tool_calls=[("recall", {"id": "#0001"})]), Step(text="Done."))
-    run(ReplyLoop(imported).send("Third", date="2026-11-30"))
+    for session in (original, imported):
+        model.push(Step(text="Three.", tool_calls=[("recall", {"id": "#0001"})]), Step(text="Done."))
+        turn = run(ReplyLoop(session).send("Third", date="2026-11-30")).turn
+        assert (turn.status, turn.error) == ("done", ""), f"session {session.pk}'s send failed"
     sent = model.requests[-4:]
     assert sent[2] == sent[0], "the same bytes as the original continued"
     calls = re.compile(rb"call_\d+_")
