@@ -21,6 +21,7 @@ from sessions_app.hygiene.outcomes import ErrorOutcome, OutputOutcome
 from sessions_app.models import ChatSession, ModelEndpoint, Result, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start
 from tests.agent.loop_helpers import run
+from tests.listeners import stop_listening
 
 pytestmark = pytest.mark.django_db
 
@@ -91,9 +92,10 @@ def listening() -> Iterator[int]:
                 with connection:
                     connection.sendall(b"hello\n")
 
-    threading.Thread(target=answer, daemon=True).start()
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
     yield server.getsockname()[1]
-    server.close()
+    stop_listening(server, thread)
 
 
 def test_the_network_follows_the_workspace_setting(full_session: ChatSession, listening: int) -> None:

@@ -22,6 +22,7 @@ from chat.tools import Sandbox, ToolContext, ToolError, call_tool, run
 from chat.tools import run as run_module_function
 from chat.tools import sandbox as sandbox_module
 from sessions_app.hygiene.outcomes import ErrorOutcome, OutputOutcome
+from tests.listeners import stop_listening
 
 RUN_MODULE = __import__("chat.tools.run", fromlist=["execute"])
 REPO = Path(__file__).resolve().parents[2]
@@ -210,8 +211,7 @@ def listener() -> Iterator[tuple[socket.socket, list[bytes]]]:
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
     yield server, received
-    server.close()
-    thread.join(5)
+    stop_listening(server, thread)
 
 
 def test_no_network_unless_the_workspace_allows_it(
