@@ -14,8 +14,10 @@ hundredths of a second to check the deadlines and the cancel event, so cancellin
 out never waits on a blocked read. The worker's socket is then shut down, which ends its read
 at once and tells the server the client has gone.
 
-A server that closes the connection before any response is `ModelUnavailable`; one that closes
-a started stream before `[DONE]` or a finish reason is `ModelStreamCut`.
+A request whose writing fails (the connection closed or reset under it) is sent once more, on a new
+connection: the server cannot have read it whole. A server that closes the connection before any response
+is otherwise `ModelUnavailable`; one that closes a started stream before `[DONE]` or a finish reason is
+`ModelStreamCut`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ logger = logging.getLogger(__name__)
 POLL_SECONDS = 0.05
 SEND_WAIT_SECONDS = 0.5  # ``start`` waits at most this long for the request to be written
 WORKER_IDLE_SECONDS = 60.0  # an idle exchange thread waits this long for the next exchange
+UNSENT_RETRIES = 1  # a request whose writing failed is sent again this often, on a new connection
 ERROR_BODY_LIMIT = 64 * 1024
 EXCERPT_CHARS = 300
 
@@ -485,10 +488,33 @@ class _Exchange:
     ended: threading.Event = field(default_factory=threading.Event)
     sock: socket.socket | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    unsent: bool = False  # writing the request failed: the server cannot have read it whole
 
     def run(self) -> None:
         own = self.client is None
         client = self.client or new_client()
+        try:
+            for attempt in range(1 + UNSENT_RETRIES):
+                self.unsent = False
+                try:
+                    self._once(client)
+                    return
+                except Exception as error:
+                    if self.stop.is_set():
+                        return
+                    if self.unsent and attempt < UNSENT_RETRIES:
+                        logger.info("the request to %s did not get out (%s); sending it again", self.url, error)
+                        continue
+                    self.items.put(_Failed(error, after_head=False))
+                    return
+        finally:
+            self.sent.set()
+            if own:
+                client.close()
+            self.ended.set()
+
+    def _once(self, client: httpx.Client) -> None:
+        """One try at the exchange. A failure before the answer's head raises; after it, it is put."""
         head_sent = False
         try:
             with client.stream(
@@ -517,16 +543,15 @@ class _Exchange:
                         self.items.put(chunk)
                 self.items.put(_Eof())
         except Exception as error:
+            if not head_sent:
+                raise
             if not self.stop.is_set():
-                self.items.put(_Failed(error, head_sent))
-        finally:
-            self.sent.set()
-            if own:
-                client.close()
-            self.ended.set()
+                self.items.put(_Failed(error, after_head=True))
 
     def _trace(self, event: str, info: dict[str, Any]) -> None:
-        if event.endswith(("send_request_body.complete", "send_request_body.failed")):
+        if event.endswith(("send_request_headers.failed", "send_request_body.failed")):
+            self.unsent = True
+        if event.endswith("send_request_body.complete"):
             self.sent.set()
         elif event.endswith("connect_tcp.complete"):
             stream = info.get("return_value")

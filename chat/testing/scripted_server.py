@@ -20,8 +20,9 @@ number; no BOS is added, so a prompt's count equals the `prompt_tokens` it is bi
 the window but offers none of the three, like a server that says nothing about itself; `server_api_delay`
 makes `/apply-template` and `/tokenize` take that many seconds, as they do on a long prompt.
 
-Faults: `refuse` (read the request, close without answering), `http500` (a llama-server-style
-JSON error; the step's text is its message), `malformed` (a `data: {not json` event mid-stream),
+Faults: `refuse` (read the request, close without answering), `reset` (read only the request's head, then
+reset the connection: a request still being written fails to get out; it is not recorded), `http500` (a
+llama-server-style JSON error; the step's text is its message), `malformed` (a `data: {not json` event mid-stream),
 `cut` (some text, then the connection closes without `[DONE]`), `stall` (the role delta, then
 silence until the server closes or 60 s pass), `keepalive` (like `stall`, but an SSE comment every
 `delay` seconds, 0.1 s at least) and `garbage` (200 with an HTML body). A step's text holding a lone
@@ -39,6 +40,7 @@ import contextlib
 import json
 import re
 import socket
+import struct
 import threading
 import time
 import zlib
@@ -52,7 +54,7 @@ from typing import Any
 
 from chat.agent import server_api
 
-FAULTS = frozenset({"refuse", "http500", "malformed", "cut", "stall", "keepalive", "garbage"})
+FAULTS = frozenset({"refuse", "reset", "http500", "malformed", "cut", "stall", "keepalive", "garbage"})
 STALL_SECONDS = 60.0
 _TOKEN = re.compile(r"<\|im_(?:start|end)\|>|\s?\w+|\s?[^\w\s]|\s+")
 
@@ -249,10 +251,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, f"File Not Found: {path}", "not_found_error")
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
         path = self._path()
         owner = self._owner
+        if path in ("/v1/chat/completions", "/chat/completions") and owner._take_reset():
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
         if path in ("/tokenize", "/apply-template") and owner.server_api:
             self._server_api(path, raw)
             return
@@ -574,6 +580,13 @@ class ScriptedServer:
         with self._lock:
             self._requests.append(body)
             return len(self._requests)
+
+    def _take_reset(self) -> bool:
+        with self._lock:
+            if self._script and self._script[0].fault == "reset":
+                self._script.popleft()
+                return True
+            return False
 
     def _next_step(self) -> Step:
         with self._lock:

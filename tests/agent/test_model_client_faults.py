@@ -61,6 +61,33 @@ def test_refused_answer(server: ScriptedServer) -> None:
     assert len(server.requests) == 1
 
 
+def big_body() -> bytes:
+    """A request larger than what the loopback buffers hold: it is still being written when the server resets."""
+    return chat_body(first_turn(), padding="x" * (32 << 20))
+
+
+def test_a_request_that_did_not_get_out_is_sent_again_on_a_new_connection(server: ScriptedServer) -> None:
+    server.push(Step(fault="reset"), Step(text=TEXT))
+    stream = stream_chat(base_url=server.base_url, api_key=None, body=big_body(), timeouts=FAST)
+    assert stream.complete().text == TEXT
+    assert len(server.requests) == 1, "the reset request was never read whole, so the server never had it"
+
+
+def test_a_request_that_twice_did_not_get_out_says_so(server: ScriptedServer) -> None:
+    server.push(Step(fault="reset"), Step(fault="reset"), Step(text=TEXT))
+    with pytest.raises(ModelUnavailable) as caught:
+        stream_chat(base_url=server.base_url, api_key=None, body=big_body(), timeouts=FAST).complete()
+    assert one_line(caught.value) == f"The model server at {url_of(server)} closed the connection without answering."
+    assert server.requests == [] and server.remaining == 1
+
+
+def test_a_request_the_server_read_is_not_sent_again(server: ScriptedServer) -> None:
+    server.push(Step(text=TEXT, fault="refuse"), Step(text=TEXT))
+    with pytest.raises(ModelUnavailable):
+        ask(server)
+    assert len(server.requests) == 1 and server.remaining == 1
+
+
 def test_http_500_names_status_and_server_message(server: ScriptedServer) -> None:
     server.push(Step(text="the slot crashed: out of memory", fault="http500"))
     with pytest.raises(ModelHTTPError) as caught:
