@@ -6,12 +6,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import SyncToAsync
+from django.db import connection
 
 from chat.testing.scripted_server import ScriptedServer
 from chat.tools import tool_list
 from chat.web import jobs
 from sessions_app.models import ChatSession, ModelEndpoint, Workspace
 from sessions_app.services.sessions import session_start
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None) -> Iterator[None]:
+    """pytest-django's test database, and before it is dropped, the connection the websocket consumers keep
+    on asgiref's thread for thread-sensitive calls (``chat.web.socket_store``), which would stop the drop."""
+    yield
+    SyncToAsync.single_thread_executor.submit(lambda: connection.close()).result(timeout=10)  # that thread's own
 
 
 @pytest.fixture
