@@ -57,11 +57,18 @@ class _Plain(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_a_server_without_them_answers_none_and_is_not_asked_again() -> None:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Plain)
+def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """A server of ``handler`` on a new port, and its base URL, of which nothing learnt earlier is remembered (a
+    server of an earlier test may have had the port and offered less)."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    server_api.forget(base)  # a server of an earlier test may have had this port and offered less
+    server_api.forget(base)
+    return httpd, base
+
+
+def test_a_server_without_them_answers_none_and_is_not_asked_again() -> None:
+    httpd, base = _serving(_Plain)
     try:
         assert server_api.props(base) is None
         assert server_api.tokenize(base, "x") is None
@@ -88,10 +95,7 @@ class _SlowlyPlain(_Plain):
 
 
 def test_callers_that_come_together_ask_a_server_that_renders_nothing_once_and_briefly() -> None:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowlyPlain)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    server_api.forget(base)  # a server of an earlier test may have had this port and offered less
+    httpd, base = _serving(_SlowlyPlain)
     messages = [{"role": "user", "content": "x" * 100_000}]
     answers: list[object] = []
     try:
@@ -135,10 +139,7 @@ class _SlowlyRendering(_Plain):
 
 
 def test_callers_that_come_together_for_one_request_have_it_rendered_once() -> None:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowlyRendering)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    server_api.forget(base)  # a server of an earlier test may have had this port and offered less
+    httpd, base = _serving(_SlowlyRendering)
     messages = [{"role": "user", "content": "x" * 1_000}]
     body = json.dumps({"messages": messages}).encode()
     answers: list[object] = []
