@@ -3,13 +3,14 @@
 Runs ``true`` through the real ``run`` tool (``call_tool``), side by side in one run:
 
 - ``unsandboxed``: what ``run`` did before the sandbox: ``/bin/sh -c`` as the server's user, in the
-  workspace, output spooled to a file, waited for the same way;
+  workspace, its output read from a pipe;
 - ``sandboxed``: ``run`` as it is, with no network (a new network namespace);
 - ``sandboxed, network``: ``run`` in a workspace that allows the network (the server's namespace).
 
 The first sandboxed call of a process also tries bubblewrap once (``--help`` and a trivial sandbox);
 that call is timed on its own. Prints the median, mean and 90th percentile in milliseconds, and how
-the process limit is applied here (a cgroup, or RLIMIT_NPROC).
+the process limit is applied here (a cgroup, or RLIMIT_NPROC), and who commands run as (as root, the sandbox
+user, through ``setpriv``).
 
     python bench/run_sandbox.py [--calls 200]
 """
@@ -35,7 +36,7 @@ from chat.tools import (  # noqa: E402
     call_tool,
     sandbox,
 )
-from chat.tools.run import _wait_unreaped, collect  # noqa: E402
+from chat.tools.context import Sandbox  # noqa: E402
 from sessions_app.hygiene.config import context_config  # noqa: E402
 from sessions_app.hygiene.outcomes import ErrorOutcome, OutputOutcome  # noqa: E402
 
@@ -44,19 +45,17 @@ def unsandboxed_true(ctx: ToolContext) -> str:
     """``run("true")`` as it was before the sandbox, minus nothing but the sandbox."""
     root = str(ctx.root)
     environment = {"PATH": os.environ.get("PATH", os.defpath), "HOME": root, "TERM": "dumb", "PWD": root}
-    with tempfile.TemporaryFile(prefix="cachet-run-") as spool:
-        process = subprocess.Popen(
-            ["/bin/sh", "-c", "true"],
-            cwd=root,
-            env=environment,
-            stdin=subprocess.DEVNULL,
-            stdout=spool,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        _wait_unreaped(process.pid, time.monotonic() + 120)
-        process.wait()
-        return collect(spool, "")
+    done = subprocess.run(
+        ["/bin/sh", "-c", "true"],
+        cwd=root,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        check=False,
+    )
+    return done.stdout.decode("utf-8", "replace")
 
 
 def sandboxed_true(ctx: ToolContext) -> str:
@@ -84,8 +83,12 @@ def main() -> None:
     with (ROOT / "prompts" / "loop.json").open(encoding="utf-8") as handle:
         config = context_config(json.load(handle)["context"])
     with tempfile.TemporaryDirectory(prefix="cachet-bench-") as folder:
+        os.chmod(folder, 0o711)
+        settings = Sandbox(user=os.environ.get("CACHET_SANDBOX_USER") or "cachet-sandbox")
+        who = sandbox.give_to_commands(folder, settings, config)
         base = ToolContext(
             root=Path(folder).resolve(),
+            sandbox=settings,
             config=config,
             mode="full",
             tools=("run",),
@@ -104,7 +107,8 @@ def main() -> None:
         }
     bases = sandbox.cgroup_bases(base.sandbox.cgroup_root)
     limit = ", ".join(f"cgroup v{b.version} {'+'.join(sorted(b.controllers))} in {b.path}" for b in bases)
-    print(f"run('true'), {options.calls} calls each, uid {os.getuid()}, {os.cpu_count()} CPUs")
+    print(f"run('true'), {options.calls} calls each, uid {os.getuid()}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
+    print("commands run as:", who.user if who else "the server's own user")
     print(f"limits: {limit or 'RLIMIT_NPROC and RLIMIT_DATA (no writable cgroup)'}")
     print(f"first sandboxed call of the process (tries bubblewrap once): {first:.1f} ms")
     print(f"{'variant':<20} {'median ms':>10} {'mean ms':>10} {'p90 ms':>10} {'vs unsandboxed':>15}")

@@ -255,6 +255,10 @@ CACHET_MAX_STEPS = int(os.environ.get("CACHET_MAX_STEPS", "0")) or None
 CACHET_MAX_MESSAGE_BYTES = int(os.environ.get("CACHET_MAX_MESSAGE_BYTES", "200000"))
 CACHET_CHECK_REQUESTS = env_bool("CACHET_CHECK_REQUESTS", False)
 CACHET_BWRAP = os.environ.get("CACHET_BWRAP") or "/usr/bin/bwrap"
+# Who commands (the run tool) run as where Cachet runs as root: a user name or uid[:gid], never root.
+CACHET_SANDBOX_USER = os.environ.get("CACHET_SANDBOX_USER") or "cachet-sandbox"
+# The disk quota of a new workspace, in megabytes (0: none); staff change each workspace's in the admin.
+CACHET_WORKSPACE_QUOTA_MB = int(os.environ.get("CACHET_WORKSPACE_QUOTA_MB") or "10240")
 
 LOGGING: dict[str, Any] = {
     "version": 1,

@@ -6,6 +6,11 @@ from django.conf import settings
 from django.db import models
 
 
+def default_disk_quota_mb() -> int:
+    """A new workspace's disk quota: ``CACHET_WORKSPACE_QUOTA_MB``."""
+    return int(settings.CACHET_WORKSPACE_QUOTA_MB)
+
+
 class Workspace(models.Model):
     """A folder on the server the model's tools act in. With no members, every user may use it."""
 
@@ -16,6 +21,10 @@ class Workspace(models.Model):
         default=False, help_text="Whether commands (run) may use the network; without it they see none."
     )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="workspaces")
+    disk_quota_mb = models.PositiveIntegerField(
+        default=default_disk_quota_mb,
+        help_text="Megabytes the folder may hold on disk; the file tools and commands stop at it. 0: no quota.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -23,6 +32,11 @@ class Workspace(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def disk_quota_bytes(self) -> int | None:
+        """The disk quota in bytes, ``None`` where there is none."""
+        return self.disk_quota_mb * 1024 * 1024 if self.disk_quota_mb else None
 
 
 DEFAULT_ENDPOINT_NAME = "default"

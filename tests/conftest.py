@@ -14,6 +14,7 @@ from chat.tools import tool_list
 from chat.web import jobs
 from sessions_app.models import ChatSession, ModelEndpoint, Workspace
 from sessions_app.services.sessions import session_start
+from tests.sandbox_kit import for_commands
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +39,7 @@ def other_user(django_user_model: Any) -> Any:
 def workspace_dir(tmp_path: Path) -> Path:
     folder = tmp_path / "ws"
     folder.mkdir()
-    return folder.resolve()
+    return for_commands(folder.resolve())
 
 
 @pytest.fixture

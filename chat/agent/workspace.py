@@ -14,12 +14,13 @@ from django.db import connection
 
 from chat.tools import Sandbox, ToolContext, ToolError, listed_names
 from chat.tools.context import never_cancelled
-from chat.tools.paths import Resolved, Root
+from chat.tools.paths import Resolved, Root, is_inside
+from chat.tools.sandbox import closed_on_the_way, command_identity, give_to_commands
 from chat.tools.writes import PendingWrite, commit
 from sessions_app import prompts
 from sessions_app.hygiene import PriorResult, format_id, last_seen_sha
 from sessions_app.hygiene.config import ContextConfig
-from sessions_app.models import ChatSession, Result
+from sessions_app.models import ChatSession, Result, Workspace
 from sessions_app.selectors.sessions import current_generation, stored_full_text
 
 INSTRUCTIONS_FILE = "AGENTS.md"
@@ -47,12 +48,13 @@ def workspace_context(session: ChatSession, *, config: ContextConfig | None = No
         grep_max_bytes=int(loop["grep_max_bytes"]),
         allow_network=session.workspace.allow_network,
         sandbox=sandbox_settings(),
+        disk_quota=session.workspace.disk_quota_bytes,
     )
 
 
 def sandbox_settings() -> Sandbox:
-    """How ``run`` confines commands here: the settings' bubblewrap, ``loop.json``'s limits, and Cachet's
-    data folder and database socket folder hidden should a workspace hold them."""
+    """How ``run`` confines commands here: the settings' bubblewrap and sandbox user, ``loop.json``'s limits,
+    and Cachet's data folder and database socket folder hidden should a workspace hold them."""
     loop = prompts.loop_settings()
     host = connection.get_connection_params().get("host")
     hidden = [str(settings.CACHET_DATA), *([host] if isinstance(host, str) and host.startswith("/") else [])]
@@ -60,8 +62,40 @@ def sandbox_settings() -> Sandbox:
         bwrap=settings.CACHET_BWRAP,
         memory_bytes=int(loop["run_memory_bytes"]),
         max_processes=int(loop["run_max_processes"]),
+        file_max_bytes=int(loop["run_file_max_bytes"]),
+        output_max_bytes=int(loop["run_output_max_bytes"]),
         hidden=tuple(hidden),
+        user=settings.CACHET_SANDBOX_USER,
     )
+
+
+def commands_folder_line(workspace: Workspace) -> str | None:
+    """Where Cachet runs as root, at start: a workspace folder Cachet keeps (under its data folder) is given to
+    the user commands run as, and said so once; for any other folder of a workspace that allows commands, a
+    warning where that user cannot reach or write it. ``None`` where there is nothing to say."""
+    sandbox, config = sandbox_settings(), prompts.rules_config()
+    folder = str(Path(workspace.folder).resolve())
+    try:
+        identity = command_identity(sandbox, config)
+        if not identity.dropped or not os.path.isdir(folder):
+            return None
+        kept = is_inside(folder, str((settings.CACHET_DATA / "workspaces").resolve()))
+        if kept and os.stat(folder).st_uid != identity.uid:
+            give_to_commands(folder, sandbox, config)
+            return f"Workspace {workspace.name}: gave {folder} to {identity.user}, the user its commands run as."
+        if kept or not workspace.allow_commands:
+            return None
+        closed = closed_on_the_way(folder, identity)
+        if closed is not None:
+            return f"Workspace {workspace.name}: commands run as {identity.user}, who may not enter {closed}."
+        if os.stat(folder).st_uid != identity.uid:
+            return (
+                f"Workspace {workspace.name}: commands run as {identity.user}, who does not own {folder}; they "
+                f"change only what that user may (chown -R {identity.user}: {folder} to let them change all)."
+            )
+    except ToolError as error:
+        return f"Workspace {workspace.name}: {error.message}"
+    return None
 
 
 def tool_context(

@@ -25,7 +25,9 @@ from django.db import transaction
 from chat.agent.events import Compacted, ReplyEvent, ResultStored, TurnEnded, TurnStarted
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Completion, StreamPiece, TextPiece, ToolCall, ToolCallPiece
+from chat.agent.workspace import sandbox_settings
 from chat.tools import tool_list
+from chat.tools.sandbox import give_to_commands
 from sessions_app import prompts
 from sessions_app.errors import StoreError
 from sessions_app.models import ChatSession, ModelEndpoint, Workspace
@@ -460,6 +462,9 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
     outcome = CaseResult(name)
     try:
         _make_workspace(root, _substitute(case.get("workspace", {}), str(root)))
+        if case.get("commands", False):
+            folder.chmod(0o711)  # as root, commands run as the sandbox user, who must reach the workspace
+            give_to_commands(str(root), sandbox_settings(), prompts.rules_config())
         config = prompts.rules_config(case.get("config"))
         with transaction.atomic():
             try:

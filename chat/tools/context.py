@@ -17,22 +17,26 @@ def never_cancelled() -> bool:
 @dataclass(frozen=True)
 class Sandbox:
     """How ``run`` confines a command: the bubblewrap binary, the cgroup file system, the limits of one
-    call (memory in bytes, processes and threads), and folders to cover with an empty one should they
-    lie inside the workspace (Cachet's own data)."""
+    call (memory in bytes, processes and threads, the size of any one file it writes, the output kept),
+    folders to cover with an empty one should they lie inside the workspace (Cachet's own data), and the
+    user commands run as when Cachet runs as root (never root itself)."""
 
     bwrap: str = "/usr/bin/bwrap"
     cgroup_root: str = "/sys/fs/cgroup"
     memory_bytes: int = 2 * 1024**3
     max_processes: int = 256
+    file_max_bytes: int = 1024**3
+    output_max_bytes: int = 10_000_000
     hidden: tuple[str, ...] = ()
+    user: str = "cachet-sandbox"
 
 
 @dataclass(frozen=True)
 class ToolContext:
     """The session's side of a tool call. ``root`` is the workspace folder, already resolved; ``tools`` the
     names of the tools the session lists (fixed when it started); ``allow_commands`` whether the workspace
-    allows commands now. A tool that can run long (``grep``) polls ``cancelled`` and ends when it turns
-    true (Stop)."""
+    allows commands now; ``disk_quota`` the bytes the workspace may hold (``None``: no quota). A tool that can
+    run long (``grep``, ``run``) polls ``cancelled`` and ends when it turns true (Stop)."""
 
     root: Path
     config: ContextConfig
@@ -44,9 +48,9 @@ class ToolContext:
     run_timeout: int = 120
     run_max_timeout: int = 3600
     edit_max_bytes: int = 10_000_000
-    spool_dir: Path | None = None
     grep_timeout: float = 60.0
     grep_max_bytes: int = 10_000_000
     cancelled: Callable[[], bool] = never_cancelled
     allow_network: bool = False
     sandbox: Sandbox = field(default_factory=Sandbox)
+    disk_quota: int | None = None

@@ -14,7 +14,8 @@ from .editing import create, load_existing, update
 from .errors import ToolError, shown
 from .files import clean
 from .paths import Root
-from .writes import check_parent, commit
+from .quota import commit_within_quota
+from .writes import check_parent
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,11 @@ def write(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
             current = load_existing(root, target, ctx)
             change, pending = update(given, current, content, ctx)
             if content != current.text:
-                commit([pending])
+                commit_within_quota([pending], ctx)
             return EditOutcome((change,))
         check_parent(target, ctx)
         change, pending = create(given, target, content, ctx)
-        commit([pending])
+        commit_within_quota([pending], ctx)
     return EditOutcome((change,))
 
 
@@ -96,7 +97,7 @@ def _apply(given: str, replacements: Sequence[Replacement], ctx: ToolContext, *,
             current = load_existing(root, target, ctx)
             text = _replace_all_of(current.text, replacements, current.path, config, numbered=numbered, start=1)
             change, pending = update(given, current, text, ctx)
-        commit([pending])
+        commit_within_quota([pending], ctx)
     return EditOutcome((change,))
 
 

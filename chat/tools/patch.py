@@ -17,7 +17,8 @@ from .errors import ToolError, shown
 from .files import clean
 from .patch_format import FileOp, apply_hunks, parse_patch
 from .paths import Resolved, Root
-from .writes import PendingWrite, check_parent, commit
+from .quota import commit_within_quota
+from .writes import PendingWrite, check_parent
 
 
 def apply_patch(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
@@ -33,7 +34,7 @@ def apply_patch(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
             for change, pending in _plan(root, op, target, touched, ctx):
                 changes.append(change)
                 writes.append(pending)
-        commit(writes)
+        commit_within_quota(writes, ctx)
     return EditOutcome(tuple(changes), several=len(changes) > 1)
 
 

@@ -1,103 +1,214 @@
-"""``run``: a shell command in a sandbox holding the workspace (see ``sandbox``), its output spooled to a
-file while it runs."""
+"""``run``: a shell command in a sandbox holding the workspace (see ``sandbox``), its output read from a pipe
+as it comes. Nothing of it is written outside the sandbox: the output is kept in memory up to the sandbox's
+``output_max_bytes``; past that its first and last halves are kept, with a line saying what was cut between.
+
+The call ends when the command exits, its time is up, the person stops the reply (``cancelled``), or the
+workspace passes its disk quota while it runs; in the last three cases everything it started is killed."""
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import errno
 import math
 import os
 import select
-import tempfile
 import time
-from collections.abc import Mapping
-from typing import BinaryIO
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 from sessions_app.hygiene.outcomes import Outcome, OutputOutcome
 
+from . import quota
 from .args import Args
 from .context import ToolContext
 from .errors import ToolError
 from .paths import workspace_root
-from .sandbox import sandboxed
+from .sandbox import Sandboxed, sandboxed
 
-_POLL_FIRST, _POLL_MAX = 0.005, 0.1
+READ_SIZE = 1 << 16
+CANCEL_POLL = 0.1
+DRAIN_WITHIN = 5.0
+
+
+class Ending(enum.Enum):
+    EXITED = "exited"
+    TIMED_OUT = "timed out"
+    STOPPED = "stopped"
+    OVER_QUOTA = "over quota"
+
+
+class KeptOutput:
+    """What a command wrote: all of it up to ``limit`` bytes; past that, its first and last halves."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(2, limit)
+        self.head_room = self.limit // 2
+        self.tail_room = self.limit - self.head_room
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_room - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > 2 * self.tail_room:
+                del self.tail[: len(self.tail) - self.tail_room]
+
+    def text(self, ctx: ToolContext) -> str:
+        """The kept output decoded, with the cut line where bytes were dropped."""
+        if len(self.tail) > self.tail_room:
+            del self.tail[: len(self.tail) - self.tail_room]
+        if self.total <= len(self.head) + len(self.tail):
+            return bytes(self.head + self.tail).decode("utf-8", "replace")
+        head, tail = bytes(self.head), bytes(self.tail)
+        if b"\n" in head:
+            head = head[: head.rindex(b"\n") + 1]
+        if b"\n" in tail[:-1]:
+            tail = tail[tail.index(b"\n") + 1 :]
+        cut = self.total - len(head) - len(tail)
+        line = ctx.config.text(
+            "output_cut",
+            count=quota.size_text(cut),
+            total=quota.size_text(self.total),
+            kept=quota.size_text(self.head_room),
+        )
+        separator = "" if not head or head.endswith(b"\n") else "\n"
+        return f"{head.decode('utf-8', 'replace')}{separator}{line}\n{tail.decode('utf-8', 'replace')}"
+
+
+@dataclass(frozen=True)
+class Ran:
+    """How a command ended: its exit code where it exited (``128 + N`` when signal N ended it)."""
+
+    ending: Ending
+    code: int | None
+    output: KeptOutput
+    seconds: float
+    used: int = 0
 
 
 def run(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
-    """Run ``command`` with ``/bin/sh -c`` in the workspace's sandbox; its output as it came, then its exit."""
+    """Run ``command`` with ``/bin/sh -c`` in the workspace's sandbox; its output as it came, then how it ended."""
     config = ctx.config
     call = Args(args, "run", config)
     command = call.text("command")
     timeout = min(call.number("timeout", ctx.run_timeout, minimum=1), ctx.run_max_timeout)
-    with tempfile.TemporaryFile(dir=ctx.spool_dir, prefix="cachet-run-") as spool:
-        code = execute(command, timeout, spool, ctx)
-        if code is None:
-            trailer = config.text("timed_out", seconds=timeout)
-        elif code != 0:
-            trailer = config.text("exit", code=code)
-        else:
-            trailer = ""
-        return OutputOutcome(collect(spool, trailer))
+    quota.refuse_when_full(ctx)
+    ran = execute(command, timeout, ctx)
+    if ran.ending is Ending.TIMED_OUT:
+        trailer = config.text("timed_out", seconds=timeout)
+    elif ran.ending is Ending.STOPPED:
+        trailer = config.text("stopped", seconds=max(1, round(ran.seconds)))
+    elif ran.ending is Ending.OVER_QUOTA:
+        assert ctx.disk_quota is not None
+        trailer = config.text("over_quota", used=quota.size_text(ran.used), quota=quota.size_text(ctx.disk_quota))
+    elif ran.code:
+        trailer = config.text("exit", code=ran.code)
+    else:
+        trailer = ""
+    output = ran.output.text(ctx)
+    if trailer and output and not output.endswith("\n"):
+        output += "\n"
+    return OutputOutcome(output + trailer)
 
 
-def execute(command: str, timeout: int, spool: BinaryIO, ctx: ToolContext) -> int | None:
-    """Run ``command`` in the sandbox to its end with its output going to ``spool``; its exit code
-    (``128 + N`` when signal N ended it), or ``None`` when it timed out. Whatever it left running is killed."""
+def execute(command: str, timeout: int, ctx: ToolContext) -> Ran:
+    """Run ``command`` in the sandbox to its end, reading its output as it comes. Whatever it left running is
+    killed."""
     root = workspace_root(ctx)
     if not os.path.isdir(root):
         raise ToolError(ctx.config.error("command_failed", detail=os.strerror(errno.ENOENT)))
-    with sandboxed(command, root, spool, ctx) as running:
-        exited = _wait_unreaped(running.process.pid, time.monotonic() + timeout)
-        if not exited:
-            running.kill()
-        returncode = running.process.wait()
-    if not exited:
-        return None
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def collect(spool: BinaryIO, trailer: str) -> str:
-    """The spooled output with ``trailer`` on a line of its own, read once and decoded."""
-    if trailer:
-        spool.seek(0, os.SEEK_END)
-        if spool.tell() > 0:
-            spool.seek(-1, os.SEEK_END)
-            if spool.read(1) != b"\n":
-                spool.write(b"\n")
-        spool.write(trailer.encode("utf-8"))
-    spool.seek(0)
-    return spool.read().decode("utf-8", "replace")
-
-
-def _wait_unreaped(pid: int, deadline: float) -> bool:
-    """Wait until ``pid`` exits or ``deadline``, leaving it unreaped so its pid stays its own."""
+    kept = KeptOutput(ctx.sandbox.output_max_bytes)
+    watch = quota.Watch(root, ctx.disk_quota) if ctx.disk_quota is not None else None
+    read_end, write_end = os.pipe()
+    started = time.monotonic()
     try:
-        pidfd = os.pidfd_open(pid)
-    except OSError:
-        return _poll_unreaped(pid, deadline)
-    try:
-        waiting = select.poll()
-        waiting.register(pidfd, select.POLLIN)
-        while True:
-            remaining = deadline - time.monotonic()
-            if waiting.poll(max(0, math.ceil(remaining * 1000))):
-                return True
-            if remaining <= 0:
-                return False
+        with sandboxed(command, root, write_end, ctx) as running:
+            os.close(write_end)
+            write_end = -1
+            if watch is not None:
+                watch.next_at = started + quota.WATCH_EVERY
+            ending = _follow(running, read_end, kept, started + timeout, ctx, watch)
+            if ending is not Ending.EXITED:
+                running.kill()
+            returncode = running.process.wait()
+        _drain(read_end, kept)
     finally:
-        os.close(pidfd)
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    code = (128 - returncode if returncode < 0 else returncode) if ending is Ending.EXITED else None
+    return Ran(ending, code, kept, time.monotonic() - started, watch.used if watch is not None else 0)
 
 
-def _poll_unreaped(pid: int, deadline: float) -> bool:
-    pause = _POLL_FIRST
-    while True:
-        try:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return True
-        except ChildProcessError:
-            return True
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        time.sleep(min(pause, remaining))
-        pause = min(pause * 2, _POLL_MAX)
+def _follow(
+    running: Sandboxed, read_end: int, kept: KeptOutput, deadline: float, ctx: ToolContext, watch: quota.Watch | None
+) -> Ending:
+    """Read the output until the sandbox's first process exits (left unreaped, so its pid stays its own), or
+    until the time is up, Stop, or the quota says otherwise."""
+    waiting = select.poll()
+    waiting.register(read_end, select.POLLIN)
+    with _exit_of(running.process.pid) as exited:
+        if exited is not None:
+            waiting.register(exited, select.POLLIN)
+        while True:
+            now = time.monotonic()
+            if ctx.cancelled():
+                return Ending.STOPPED
+            if now >= deadline:
+                return Ending.TIMED_OUT
+            if watch is not None and watch.due(now) <= 0 and watch.over():
+                return Ending.OVER_QUOTA
+            wait = min(deadline - now, CANCEL_POLL, watch.due(now) if watch is not None else CANCEL_POLL)
+            for fd, _ in waiting.poll(max(0, math.ceil(wait * 1000))):
+                if fd == read_end:
+                    data = os.read(read_end, READ_SIZE)
+                    if data:
+                        kept.add(data)
+                    else:
+                        waiting.unregister(read_end)
+            if _has_exited(running.process.pid, exited):
+                return Ending.EXITED
+
+
+@contextlib.contextmanager
+def _exit_of(pid: int) -> Iterator[int | None]:
+    """A descriptor that turns readable when ``pid`` exits, where the kernel has ``pidfd_open``."""
+    try:
+        fd: int | None = os.pidfd_open(pid)
+    except OSError:
+        fd = None
+    try:
+        yield fd
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _has_exited(pid: int, pidfd: int | None) -> bool:
+    if pidfd is not None:
+        return bool(select.select([pidfd], [], [], 0)[0])
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _drain(read_end: int, kept: KeptOutput) -> None:
+    """Read what is left once the sandbox is gone (its processes may take a moment to close the pipe)."""
+    deadline = time.monotonic() + DRAIN_WITHIN
+    waiting = select.poll()
+    waiting.register(read_end, select.POLLIN)
+    while time.monotonic() < deadline:
+        if not waiting.poll(max(0, math.ceil((deadline - time.monotonic()) * 1000))):
+            return
+        data = os.read(read_end, READ_SIZE)
+        if not data:
+            return
+        kept.add(data)

@@ -1,15 +1,25 @@
 """``run``'s sandbox: bubblewrap decides what a command can see, a cgroup (or rlimits) what it can use.
 
+Who a command is. Never root: where Cachet runs as an unprivileged user, commands run as that user; where it
+runs as root, they run as ``Sandbox.user`` (``CACHET_SANDBOX_USER``, by default ``cachet-sandbox``), whom the
+call's first process becomes with util-linux's ``setpriv`` (no supplementary groups) once its limits are set,
+just before bubblewrap. That user must exist, must not be uid or gid 0, and must be able to enter every
+folder on the way to the workspace; otherwise ``run`` refuses and says why. As root
+in the kernel's eyes, a process writes host-wide kernel settings through ``/proc/sys`` whatever capabilities
+it has; as anyone else it cannot.
+
 What a command sees. ``bwrap`` makes a new root that holds only: the workspace, read-write, at its own
 resolved path (also the current folder and ``HOME``); ``/usr``, the ``/bin``, ``/sbin`` and ``/lib*``
 folders or links, ``/etc/alternatives``, ``/etc/ld.so.*``, ``/etc/nsswitch.conf`` and ``/etc/localtime``,
-read-only; a generated ``/etc/passwd`` and ``/etc/group`` naming only the server's user and group, and
-an ``/etc/hosts`` naming only localhost; a fresh ``/tmp`` (a tmpfs), ``/proc`` and ``/dev``. It runs in
-new user, pid, ipc, uts, cgroup and network namespaces, with every capability dropped and no further
-user namespaces, ``--die-with-parent`` and ``--new-session``, in an environment of exactly PATH, HOME,
-LANG and TERM. Where the workspace allows the network, the server's network namespace is shared and
-``/etc/resolv.conf``, the real ``/etc/hosts``, ``/etc/gai.conf`` and the CA certificates are bound too.
-A hidden folder (Cachet's data) that lies inside the workspace is covered by an empty tmpfs.
+read-only; a generated ``/etc/passwd`` and ``/etc/group`` naming only the command's user and group, and
+an ``/etc/hosts`` naming only localhost; a fresh ``/tmp`` (a tmpfs), ``/proc`` with ``/proc/sys`` read-only,
+and ``/dev``; no ``/sys``. It runs in new user, pid, ipc, uts, cgroup and network namespaces, with every
+capability dropped and no further user namespaces, ``--die-with-parent`` and ``--new-session``, in an
+environment of exactly PATH, HOME, LANG and TERM. Where the workspace allows the network, the server's
+network namespace is shared and ``/etc/resolv.conf``, the real ``/etc/hosts``, ``/etc/gai.conf`` and the CA
+certificates are bound too. A hidden folder (Cachet's data) that lies inside the workspace is covered by an
+empty tmpfs, and what git on the host would run of the workspace's repository is read-only
+(``repository``).
 
 What a command can use. Time: the call's timeout (``run`` enforces it); when it passes, the sandbox's
 first process is killed, and the pid namespace ends with everything in it. Everything a command leaves
@@ -18,18 +28,21 @@ removed after it, holding ``pids.max`` = ``max_processes`` (processes and thread
 ``memory_bytes`` (swap included; the ``/tmp`` tmpfs counts too), made where the server may write: cgroup
 v1 at the server's own path under ``<cgroup_root>/pids`` and ``<cgroup_root>/memory``, or cgroup v2 in
 the server's own cgroup or its parent where that delegates the controller. Where there is no such pids
-cgroup the limit is RLIMIT_NPROC, which the kernel counts over every process and thread of the user, so
-it is set ``max_processes`` above what the server's user runs when the call starts; the kernel does not
-apply it to uid 0, so as root with no pids cgroup ``run`` refuses. Where there is no memory cgroup the
-limit is RLIMIT_DATA, per process. Core dumps are off (RLIMIT_CORE 0).
+cgroup the limit is RLIMIT_NPROC, which the kernel counts over every process and thread of the command's
+user, so it is set ``max_processes`` above what that user runs when the call starts. Where there is no
+memory cgroup the limit is RLIMIT_DATA, per process. A file it writes: RLIMIT_FSIZE of ``file_max_bytes``,
+with SIGXFSZ ignored, so a write past it fails with "File too large" rather than killing the writer. Core
+dumps are off (RLIMIT_CORE 0).
 
 How the limits are put in place without ``preexec_fn`` (not safe in a threaded server): the child is
-``/bin/sh -c 'read -r go && exec "$@"' cachet-run bwrap …``, blocked on its standard input. The server
-writes its pid into the call's cgroups and sets its rlimits with ``prlimit(2)``, then sends the line that
-lets it ``exec`` bubblewrap; every process of the sandbox inherits both.
+``/bin/sh -c 'trap "" XFSZ; read -r go && exec "$@"' cachet-run bwrap …``, blocked on its standard input.
+The server writes its pid into the call's cgroups and sets its rlimits with ``prlimit(2)`` (a process of the
+server's own user: lowering another user's limits would need ``CAP_SYS_RESOURCE``, which containers drop),
+then sends the line that lets it ``exec`` bubblewrap (through ``setpriv`` where it changes user); every
+process of the sandbox inherits both.
 
-Whether bubblewrap can make a sandbox here is tried once per process and binary (its inode and mtime),
-with a trivial one; a failure is tried again after ``RECHECK_AFTER`` seconds. A command never runs
+Whether bubblewrap can make a sandbox here is tried once per process, binary (its inode and mtime) and
+user, with a trivial one; a failure is tried again after ``RECHECK_AFTER`` seconds. A command never runs
 outside the sandbox: where none can be made, ``run`` answers why and how to fix it.
 """
 
@@ -52,22 +65,23 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import BinaryIO
 
 from sessions_app.hygiene.config import ContextConfig
 
 from .context import Sandbox, ToolContext
 from .errors import ToolError, one_line
 from .paths import is_inside
+from .repository import Guard, LinkedEntry, repository_guards
 
 logger = logging.getLogger(__name__)
 
 RECHECK_AFTER = 30.0
 CLEANUP_WITHIN = 5.0
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SETPRIV = "/usr/bin/setpriv"
 LANG = "C.UTF-8"
 TERM = "dumb"
-GATE = 'read -r go && exec "$@"'
+GATE = 'trap "" XFSZ; read -r go && exec "$@"'
 OPTIONAL_FLAGS = ("--disable-userns", "--size")
 SYSTEM_FOLDERS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SYSTEM_FILES = (
@@ -95,8 +109,19 @@ _KILL_POLL = 0.005
 
 
 @dataclass(frozen=True)
+class Identity:
+    """Who a command runs as: ``dropped`` where the server is root and commands run as another user."""
+
+    uid: int
+    gid: int
+    user: str
+    group: str
+    dropped: bool
+
+
+@dataclass(frozen=True)
 class _Verdict:
-    identity: tuple[int, int, int]
+    identity: tuple[int, int, int, int]
     problem: str | None
     flags: frozenset[str]
     checked_at: float
@@ -112,13 +137,117 @@ class CgroupBase:
 
 
 _lock = threading.Lock()
-_verdicts: dict[str, _Verdict] = {}
+_verdicts: dict[tuple[str, int], _Verdict] = {}
 _bases: dict[str, list[CgroupBase]] = {}
 _call_numbers = itertools.count(1)
 
 
-def usable_flags(settings: Sandbox, config: ContextConfig) -> frozenset[str]:
-    """The optional flags of a bubblewrap that can make a sandbox here; ``ToolError`` where none can."""
+def command_identity(settings: Sandbox, config: ContextConfig) -> Identity:
+    """Who commands run as: the server's own user, or where it is root ``settings.user``; ``ToolError`` where
+    that would be root or the user does not exist."""
+    if not kernel_root():
+        user, group = _identity_names()
+        return Identity(os.getuid(), os.getgid(), user, group, dropped=False)
+    wanted = settings.user.strip()
+    numeric = re.fullmatch(r"(\d+)(?::(\d+))?", wanted)
+    try:
+        if numeric is not None:
+            uid = int(numeric.group(1))
+            gid = int(numeric.group(2)) if numeric.group(2) else _primary_group(uid)
+        else:
+            entry = pwd.getpwnam(wanted)
+            uid, gid = entry.pw_uid, entry.pw_gid
+    except (KeyError, ValueError):
+        raise ToolError(config.error("sandbox_no_user", user=wanted or '""')) from None
+    if uid == 0 or gid == 0:
+        raise ToolError(config.error("sandbox_root_user", user=wanted))
+    return Identity(uid, gid, _user_name(uid, wanted), _group_name(gid), dropped=True)
+
+
+def kernel_root() -> bool:
+    """Whether this process is root as the kernel sees it: uid 0 in a user namespace that maps it to uid 0 of
+    the one above (the host's own, or one a root made). Root of a namespace a user made is that user."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/self/uid_map", encoding="ascii") as handle:
+            for line in handle:
+                inside, outside, count = (int(field) for field in line.split())
+                if inside <= 0 < inside + count:
+                    return outside - inside == 0
+    except (OSError, ValueError):
+        pass
+    return True
+
+
+def _primary_group(uid: int) -> int:
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return uid
+
+
+def _user_name(uid: int, fallback: str) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return fallback if not fallback[:1].isdigit() else "cachet-sandbox"
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return "cachet-sandbox"
+
+
+def _become(identity: Identity) -> list[str]:
+    """What to put before bubblewrap so that it runs as ``identity``: nothing where that is the server's own
+    user, else util-linux's ``setpriv`` (it needs no capability the server may lack, unlike lowering the
+    limits of another user's process)."""
+    if not identity.dropped:
+        return []
+    return [SETPRIV, f"--reuid={identity.uid}", f"--regid={identity.gid}", "--clear-groups", "--"]
+
+
+def give_to_commands(folder: str, settings: Sandbox, config: ContextConfig) -> Identity | None:
+    """As root, give a folder Cachet made, with all it holds, to the user commands run as, so that they may
+    change it; who that is, or ``None`` where Cachet is not root. ``ToolError`` where that user is unusable."""
+    identity = command_identity(settings, config)
+    if not identity.dropped:
+        return None
+    for path, folders, files in os.walk(folder):
+        for name in [path, *(os.path.join(path, entry) for entry in (*folders, *files))]:
+            os.chown(name, identity.uid, identity.gid, follow_symlinks=False)
+    return identity
+
+
+def closed_on_the_way(root: str, identity: Identity) -> str | None:
+    """The first folder from ``/`` down to ``root`` that ``identity`` may not enter, or ``None``."""
+    if not identity.dropped:
+        return None
+    path = "/"
+    for name in ["", *[part for part in root.split("/") if part]]:
+        path = os.path.join(path, name) if name else path
+        try:
+            info = os.stat(path)
+        except OSError:
+            return path
+        if info.st_uid == identity.uid:
+            bits = info.st_mode >> 6
+        elif info.st_gid == identity.gid:
+            bits = info.st_mode >> 3
+        else:
+            bits = info.st_mode
+        if not bits & 0o1:
+            return path
+    return None
+
+
+def usable_flags(settings: Sandbox, config: ContextConfig, identity: Identity | None = None) -> frozenset[str]:
+    """The optional flags of a bubblewrap that can make a sandbox here for ``identity`` (by default who commands
+    run as); ``ToolError`` where none can."""
+    identity = identity or command_identity(settings, config)
     path = settings.bwrap
     try:
         info = os.stat(path)
@@ -126,40 +255,40 @@ def usable_flags(settings: Sandbox, config: ContextConfig) -> frozenset[str]:
         info = None
     if info is None or not stat.S_ISREG(info.st_mode) or not os.access(path, os.X_OK):
         raise ToolError(config.error("sandbox_missing", path=path))
-    identity = (info.st_dev, info.st_ino, info.st_mtime_ns)
+    binary = (info.st_dev, info.st_ino, info.st_mtime_ns, identity.uid)
     with _lock:
-        verdict = _verdicts.get(path)
+        verdict = _verdicts.get((path, identity.uid))
         stale = verdict is not None and verdict.problem is not None
         if (
             verdict is None
-            or verdict.identity != identity
+            or verdict.identity != binary
             or (stale and time.monotonic() - verdict.checked_at > RECHECK_AFTER)
         ):
-            verdict = _probe(path, identity)
-            _verdicts[path] = verdict
+            verdict = _probe(path, binary, identity)
+            _verdicts[(path, identity.uid)] = verdict
     if verdict.problem is not None:
         raise ToolError(config.error("sandbox_unavailable", detail=verdict.problem))
     return verdict.flags
 
 
-def _probe(path: str, identity: tuple[int, int, int]) -> _Verdict:
+def _probe(path: str, binary: tuple[int, int, int, int], identity: Identity) -> _Verdict:
     flags: frozenset[str] = frozenset()
     try:
         shown_help = subprocess.run(
             [path, "--help"], stdin=subprocess.DEVNULL, capture_output=True, env=environment("/"), timeout=30
         )
         flags = frozenset(flag for flag in OPTIONAL_FLAGS if flag.encode() in shown_help.stdout)
-        argv = [path, *_namespaces(flags, network=False), *_system(), "--proc", "/proc", "--dev", "/dev"]
+        argv = [*_become(identity), path, *_namespaces(flags, network=False), *_system(), *_kernel_interface()]
         argv += ["--tmpfs", "/tmp", "--", "/bin/true"]
         tried = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, env=environment("/"), timeout=30, check=False
+            argv, stdin=subprocess.DEVNULL, capture_output=True, env=environment("/"), timeout=30, check=False, cwd="/"
         )
     except (OSError, subprocess.SubprocessError) as error:
         problem: str | None = one_line(str(error))
     else:
         said = tried.stderr.decode("utf-8", "replace").strip().splitlines()
         problem = None if tried.returncode == 0 else one_line(said[0] if said else f"exit {tried.returncode}")
-    return _Verdict(identity, problem, flags, time.monotonic())
+    return _Verdict(binary, problem, flags, time.monotonic())
 
 
 def environment(root: str) -> dict[str, str]:
@@ -189,6 +318,11 @@ def _system() -> tuple[str, ...]:
     return tuple(args)
 
 
+def _kernel_interface() -> list[str]:
+    """A fresh ``/proc`` whose kernel settings are read-only, and ``/dev``; no ``/sys``."""
+    return ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
+
+
 @cache
 def _identity_names() -> tuple[str, str]:
     try:
@@ -202,11 +336,10 @@ def _identity_names() -> tuple[str, str]:
     return user, group
 
 
-def _identity_files(root: str) -> tuple[bytes, bytes]:
-    user, group = _identity_names()
-    uid, gid = os.getuid(), os.getgid()
+def _identity_files(root: str, identity: Identity) -> tuple[bytes, bytes]:
+    user, uid, gid = identity.user, identity.uid, identity.gid
     passwd = f"{user}:x:{uid}:{gid}:{user}:{root}:/bin/sh\n"
-    return os.fsencode(passwd), f"{group}:x:{gid}:\n".encode()
+    return os.fsencode(passwd), f"{identity.group}:x:{gid}:\n".encode()
 
 
 def _data_pipe(data: bytes) -> int:
@@ -218,13 +351,22 @@ def _data_pipe(data: bytes) -> int:
     return read_end
 
 
-def _bwrap_argv(
-    command: str, root: str, ctx: ToolContext, flags: frozenset[str], data_fds: list[int], info_fd: int
-) -> list[str]:
-    settings = ctx.sandbox
-    passwd, group = _identity_files(root)
+@dataclass(frozen=True)
+class _Call:
+    """What one call's bubblewrap is made of besides the command: who runs it, the optional flags, the
+    descriptors it reads, and the repository's entries to keep read-only."""
+
+    identity: Identity
+    flags: frozenset[str]
+    info_fd: int
+    guards: tuple[Guard, ...]
+
+
+def _bwrap_argv(command: str, root: str, ctx: ToolContext, call: _Call, data_fds: list[int]) -> list[str]:
+    settings, flags = ctx.sandbox, call.flags
+    passwd, group = _identity_files(root, call.identity)
     data_fds += [_data_pipe(passwd), _data_pipe(group)]
-    args = [settings.bwrap, *_namespaces(flags, network=ctx.allow_network), *_system()]
+    args = [*_become(call.identity), settings.bwrap, *_namespaces(flags, network=ctx.allow_network), *_system()]
     args += ["--ro-bind-data", str(data_fds[-2]), "/etc/passwd", "--ro-bind-data", str(data_fds[-1]), "/etc/group"]
     if ctx.allow_network:
         for path in NETWORK_FILES:
@@ -232,14 +374,16 @@ def _bwrap_argv(
     else:
         data_fds.append(_data_pipe(LOCAL_HOSTS))
         args += ["--ro-bind-data", str(data_fds[-1]), "/etc/hosts"]
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += _kernel_interface()
     if "--size" in flags:
         args += ["--size", str(settings.memory_bytes)]
     args += ["--tmpfs", "/tmp", "--bind", root, root]
     for hidden in map(os.path.realpath, settings.hidden):
         if is_inside(hidden, root) and os.path.isdir(hidden):
             args += ["--tmpfs", hidden]
-    return [*args, "--chdir", root, "--info-fd", str(info_fd), "--", "/bin/sh", "-c", command]
+    for guard in call.guards:
+        args += ["--ro-bind-fd", str(guard.fd), guard.path]
+    return [*args, "--chdir", root, "--info-fd", str(call.info_fd), "--", "/bin/sh", "-c", command]
 
 
 class Sandboxed:
@@ -285,12 +429,21 @@ class Sandboxed:
 
 
 @contextlib.contextmanager
-def sandboxed(command: str, root: str, spool: BinaryIO, ctx: ToolContext) -> Iterator[Sandboxed]:
-    """Start ``command`` in the sandbox with its limits, its output going to ``spool``. On leaving,
+def sandboxed(command: str, root: str, output_fd: int, ctx: ToolContext) -> Iterator[Sandboxed]:
+    """Start ``command`` in the sandbox with its limits, its output going to ``output_fd``. On leaving,
     whatever is left of it is killed and the call's cgroups are removed."""
     config = ctx.config
-    flags = usable_flags(ctx.sandbox, config)
-    with _CallLimits(ctx.sandbox, config) as limits, contextlib.ExitStack() as closing:
+    identity = command_identity(ctx.sandbox, config)
+    closed = closed_on_the_way(root, identity)
+    if closed is not None:
+        raise ToolError(config.error("sandbox_unreachable", user=identity.user, folder=closed))
+    flags = usable_flags(ctx.sandbox, config, identity)
+    with contextlib.ExitStack() as closing:
+        try:
+            guards = closing.enter_context(repository_guards(root))
+        except LinkedEntry as linked:
+            raise ToolError(config.error("sandbox_git_link", path=linked.path)) from None
+        limits = closing.enter_context(_CallLimits(ctx.sandbox, config, identity))
         data_fds: list[int] = []
         closing.callback(_close_all, data_fds)
         info_read, info_write = os.pipe()
@@ -298,15 +451,16 @@ def sandboxed(command: str, root: str, spool: BinaryIO, ctx: ToolContext) -> Ite
         os.set_blocking(info_read, False)
         gate_read, gate_write = os.pipe()
         try:
-            argv = _bwrap_argv(command, root, ctx, flags, data_fds, info_write)
+            call = _Call(identity, flags, info_write, tuple(guards.items))
+            argv = _bwrap_argv(command, root, ctx, call, data_fds)
             process = subprocess.Popen(
                 ["/bin/sh", "-c", GATE, "cachet-run", *argv],
                 cwd="/",
                 env=environment(root),
                 stdin=gate_read,
-                stdout=spool,
+                stdout=output_fd,
                 stderr=subprocess.STDOUT,
-                pass_fds=(info_write, *data_fds),
+                pass_fds=(info_write, *data_fds, *(guard.fd for guard in guards.items)),
                 start_new_session=True,
             )
         except OSError as error:
@@ -346,18 +500,20 @@ class _CallLimits:
     """The cgroups and rlimits of one call: made on entering, put on its first process by ``confine``,
     and on leaving emptied (SIGKILL) and removed."""
 
-    def __init__(self, settings: Sandbox, config: ContextConfig) -> None:
+    def __init__(self, settings: Sandbox, config: ContextConfig, identity: Identity) -> None:
         self.settings = settings
         self.config = config
+        self.identity = identity
         self.cgroups: list[str] = []
-        self.rlimits: list[tuple[int, int]] = [(resource.RLIMIT_CORE, 0)]
+        self.rlimits: list[tuple[int, int]] = [
+            (resource.RLIMIT_CORE, 0),
+            (resource.RLIMIT_FSIZE, settings.file_max_bytes),
+        ]
 
     def __enter__(self) -> _CallLimits:
         settings, config = self.settings, self.config
         bases = cgroup_bases(settings.cgroup_root)
         limited = {controller for base in bases for controller in base.controllers}
-        if "pids" not in limited and os.getuid() == 0:
-            raise ToolError(config.error("sandbox_no_process_limit", root=settings.cgroup_root))
         name = f"cachet-run-{os.getpid()}-{next(_call_numbers)}"
         try:
             for base in bases:
@@ -371,7 +527,7 @@ class _CallLimits:
                 _bases.pop(settings.cgroup_root, None)
             raise ToolError(config.error("sandbox_failed", detail=f"{error.filename}: {error.strerror}")) from None
         if "pids" not in limited:
-            self.rlimits.append((resource.RLIMIT_NPROC, settings.max_processes + _tasks_of(os.getuid())))
+            self.rlimits.append((resource.RLIMIT_NPROC, settings.max_processes + _tasks_of(self.identity.uid)))
         if "memory" not in limited:
             self.rlimits.append((resource.RLIMIT_DATA, settings.memory_bytes))
         return self

@@ -1,7 +1,11 @@
 """Writing the files of one call all together, through descriptors: every new content is staged beside
 its file first (created relative to the folder's descriptor), then moved into place with ``renameat``;
 missing folders are made with ``mkdirat`` and deletions are ``unlinkat``. A failure on the way puts back
-what was already changed. No path string is resolved again after ``paths`` resolved it."""
+what was already changed. No path string is resolved again after ``paths`` resolved it.
+
+Where Cachet runs as root, what it writes keeps the owner a command would see: a replaced file its own
+owner, a new file or folder the owner of the folder it is made in. So a workspace that belongs to the user
+commands run as stays theirs to change."""
 
 from __future__ import annotations
 
@@ -90,6 +94,7 @@ def _place(target: Resolved, created: list[_Place], folders: contextlib.ExitStac
             try:
                 os.mkdir(name, dir_fd=fd)
                 created.append(_Place(fd, name, path))
+                _own_like(fd, name, os.fstat(fd))
             except FileExistsError:
                 pass
             child = os.open(name, FOLDER_FLAGS, dir_fd=fd)
@@ -114,11 +119,30 @@ def _stage(place: _Place, data: bytes, mode: int | None) -> str:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             os.fchmod(handle.fileno(), mode if mode is not None else 0o666 & ~_umask())
+            if os.geteuid() == 0:
+                owner = _owner_of(place)
+                with contextlib.suppress(OSError):  # an owner this user namespace does not map
+                    os.fchown(handle.fileno(), owner.st_uid, owner.st_gid)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary, dir_fd=place.fd)
         raise
     return temporary
+
+
+def _owner_of(place: _Place) -> os.stat_result:
+    """Whose a file written at ``place`` is: the file's there now, else its folder's."""
+    try:
+        return os.stat(place.name, dir_fd=place.fd, follow_symlinks=False)
+    except OSError:
+        return os.fstat(place.fd)
+
+
+def _own_like(folder_fd: int, name: str, owner: os.stat_result) -> None:
+    """As root, give ``name`` in the folder the owner of ``owner``."""
+    if os.geteuid() == 0:
+        with contextlib.suppress(OSError):
+            os.chown(name, owner.st_uid, owner.st_gid, dir_fd=folder_fd, follow_symlinks=False)
 
 
 def _restore(write: PendingWrite, place: _Place) -> None:

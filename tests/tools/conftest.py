@@ -9,6 +9,7 @@ import pytest
 
 from chat.tools import TOOLS, ToolContext
 from sessions_app.hygiene.config import ContextConfig, context_config
+from tests.sandbox_kit import for_commands
 
 LOOP_JSON = Path(__file__).resolve().parents[2] / "prompts" / "loop.json"
 
@@ -23,7 +24,7 @@ def config() -> ContextConfig:
 def ws(tmp_path: Path) -> Path:
     folder = tmp_path / "ws"
     folder.mkdir()
-    return folder.resolve()
+    return for_commands(folder.resolve())
 
 
 @pytest.fixture

@@ -3,6 +3,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
+import re
 import secrets
 import shutil
 import socket
@@ -19,10 +21,12 @@ import pytest
 from django.db import connection
 
 from chat.tools import Sandbox, ToolContext, ToolError, call_tool, run
+from chat.tools import quota as quota_module
 from chat.tools import run as run_module_function
 from chat.tools import sandbox as sandbox_module
 from sessions_app.hygiene.outcomes import ErrorOutcome, OutputOutcome
 from tests.listeners import stop_listening
+from tests.sandbox_kit import for_commands, sandbox_ids
 
 RUN_MODULE = __import__("chat.tools.run", fromlist=["execute"])
 REPO = Path(__file__).resolve().parents[2]
@@ -119,9 +123,47 @@ def test_the_sandbox_holds_the_workspace_and_system_folders_only(ws: Path, ctx: 
     assert ran(ctx, "ls /") == "".join(f"{name}\n" for name in top)
     assert ran(ctx, "ls; cat notes.txt; id -un; ls /etc | sort") == (
         "notes.txt\nmine\n"
-        f"{sandbox_module._identity_names()[0]}\n"
+        f"{sandbox_module.command_identity(ctx.sandbox, ctx.config).user}\n"
         "alternatives\ngroup\nhosts\nld.so.cache\nld.so.conf\nld.so.conf.d\nlocaltime\nnsswitch.conf\npasswd\n"
     )
+
+
+def test_commands_never_run_as_root(ctx: ToolContext) -> None:
+    uid, gid, groups = ran(ctx, "id -u; id -g; id -G").splitlines()
+    assert "0" not in (uid, gid, *groups.split())
+    if os.geteuid() == 0:
+        assert ctx.sandbox.user == "cachet-sandbox"
+        sandbox_user = pwd.getpwnam(ctx.sandbox.user)
+        assert (int(uid), int(gid), groups) == (sandbox_user.pw_uid, sandbox_user.pw_gid, str(sandbox_user.pw_gid))
+    else:
+        assert (int(uid), int(gid)) == (os.getuid(), os.getgid())
+
+
+KERNEL_INTERFACE = r"""
+checked=0
+top=$(find /proc -mindepth 1 -maxdepth 1 ! -name '[0-9]*' ! -name self ! -name thread-self)
+for f in $(find /proc/sys /sys 2>/dev/null) $top; do
+  checked=$((checked + 1))
+  if test -w "$f"; then echo "writable: $f"; fi
+done
+echo "checked $checked"
+ls /sys 2>&1
+for f in /dev/*; do if test -w "$f"; then echo "dev: $f"; fi; done
+"""
+
+
+def test_no_kernel_setting_can_be_written(ctx: ToolContext) -> None:
+    """Every path under /proc/sys and /sys, and every kernel file at the top of /proc, by ``test -w``: none is
+    writable, as root or not (a write is never tried). /dev holds only the usual devices."""
+    lines = ran(ctx, KERNEL_INTERFACE).splitlines()
+    assert [line for line in lines if line.startswith("writable:")] == []
+    checked = int(next(line for line in lines if line.startswith("checked "))[len("checked ") :])
+    assert checked > 500, lines
+    assert "ls: cannot access '/sys': No such file or directory" in lines
+    writable_devices = {line.split("/dev/", 1)[1] for line in lines if line.startswith("dev: ")}
+    own = {"fd", "stdin", "stdout", "stderr"}  # links into /proc/self
+    assert writable_devices <= {"full", "null", "ptmx", "pts", "random", "shm", "tty", "urandom", "zero"} | own
+    print(f"checked {checked} paths under /proc/sys, /sys and /proc: none writable")
 
 
 def test_ordinary_commands_work_in_the_workspace(ws: Path, ctx: ToolContext) -> None:
@@ -328,9 +370,15 @@ def test_a_fork_bomb_is_held_to_the_process_limit(make_ctx: Callable[..., ToolCo
 
 def python_for_nobody() -> str | None:
     """A Python that uid 65534 can run and import the tools with, or None."""
-    for python in (sys.executable, "/usr/bin/python3"):
+    return python_for(NOBODY, NOBODY)
+
+
+def python_for(uid: int, gid: int) -> str | None:
+    """A Python that ``uid`` can run and import the tools with, or None (the system's first: a virtual
+    environment's often links into a home folder closed to others)."""
+    for python in ("/usr/bin/python3", sys.executable):
         tried = subprocess.run(
-            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python, "-c", "import chat.tools"],
+            ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", python, "-c", "import chat.tools"],
             env={"PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1", "PATH": os.defpath},
             capture_output=True,
             check=False,
@@ -439,8 +487,13 @@ def test_no_user_namespaces_refuses_and_runs_nothing(ws: Path) -> None:
     """In a user namespace that may make no more of them, bubblewrap really fails: ``run`` says why."""
     script = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -c "$1" "$2" "$3"'
     arguments = [str(REPO / "prompts" / "loop.json"), str(ws)]
+    ids = sandbox_ids()  # as root, the namespace's root is the sandbox user: no root of the kernel's to drop
+    become = [] if ids is None else ["setpriv", f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups"]
+    python = sys.executable if ids is None else python_for(*ids)
+    if python is None:
+        pytest.skip("no Python that the sandbox user can run and import Cachet with")
     done = subprocess.run(
-        ["unshare", "--user", "--map-root-user", "sh", "-c", script, sys.executable, UNSANDBOXABLE, *arguments],
+        [*become, "unshare", "--user", "--map-root-user", "sh", "-c", script, python, UNSANDBOXABLE, *arguments],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
@@ -463,6 +516,8 @@ def test_the_verdict_is_kept_and_checked_again(
 ) -> None:
     """A bubblewrap that cannot make a sandbox is tried once, again after a while or once it changed."""
     log = tmp_path / "calls"
+    log.touch(mode=0o666)
+    log.chmod(0o666)
     fake = tmp_path / "bwrap"
     fake.write_text(f'#!/bin/sh\necho "$*" >> {log}\necho "bwrap: setting up uid map: Permission denied" >&2\nexit 1\n')
     fake.chmod(0o755)
@@ -474,6 +529,7 @@ def test_the_verdict_is_kept_and_checked_again(
         )
     calls = log.read_text().splitlines()
     assert calls[0] == "--help" and calls[1].endswith("--tmpfs /tmp -- /bin/true") and len(calls) == 2
+    assert "--ro-bind /proc/sys /proc/sys" in calls[1]
     monkeypatch.setattr(sandbox_module, "RECHECK_AFTER", 0.0)
     ran(ctx, "touch ran")
     assert len(log.read_text().splitlines()) == 4
@@ -487,17 +543,46 @@ def test_the_verdict_is_kept_and_checked_again(
     assert not (ws / "ran").exists()
 
 
-def test_root_without_a_pids_cgroup_refuses(ws: Path, tmp_path: Path, make_ctx: Callable[..., ToolContext]) -> None:
-    if os.getuid() != 0:
-        pytest.skip("RLIMIT_NPROC limits a server that is not root; the refusal is for root only")
-    ctx = make_ctx(sandbox=Sandbox(cgroup_root=str(tmp_path / "no-cgroups")))
-    assert ran(ctx, "touch ran") == (
-        "error: Commands cannot run here: Cachet runs as root and can write no pids cgroup under "
-        f"{tmp_path}/no-cgroups, so a command's processes could not be limited. Run Cachet as another user, "
-        f"or give it a pids cgroup it can write (cgroup v1 {tmp_path}/no-cgroups/pids, or a cgroup v2 that "
-        "delegates pids)."
+def test_without_a_pids_cgroup_the_limit_is_the_command_users_rlimit(make_ctx: Callable[..., ToolContext]) -> None:
+    """As root too: commands run as the sandbox user, whom RLIMIT_NPROC holds (it never held root)."""
+    limit = 32
+    mark = marker()
+    ctx = make_ctx(sandbox=Sandbox(max_processes=limit, cgroup_root="/nonexistent-cgroups"))
+    output, peak, could_start = watch_while(mark, lambda: ran(ctx, f"bash -c '{BOMB}; sleep 1000 # {mark}'", timeout=3))
+    assert output.endswith("[timed out after 3 s]")
+    assert "fork: retry: Resource temporarily unavailable" in output
+    assert limit // 2 <= peak <= limit + limit // 4
+    assert could_start
+    assert gone(mark)
+
+
+def test_who_commands_run_as_when_cachet_is_root(
+    ws: Path, tmp_path: Path, make_ctx: Callable[..., ToolContext]
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root changes user for its commands")
+    missing = make_ctx(sandbox=Sandbox(user="cachet-no-such-user"))
+    assert ran(missing, "touch ran") == (
+        "error: Commands cannot run here: Cachet runs as root, and commands run as the user cachet-no-such-user "
+        "(CACHET_SANDBOX_USER), who does not exist. Create it (useradd --system --user-group --no-create-home "
+        "--shell /usr/sbin/nologin cachet-no-such-user), or set CACHET_SANDBOX_USER to another unprivileged user."
     )
-    assert not (ws / "ran").exists()
+    for root_user in ("root", "0", "1000:0"):
+        assert ran(make_ctx(sandbox=Sandbox(user=root_user)), "touch ran") == (
+            "error: Commands cannot run here: Cachet runs as root, and commands never do; CACHET_SANDBOX_USER "
+            f"names {root_user}, whose uid or gid is 0. Name an unprivileged user."
+        )
+    assert ran(make_ctx(sandbox=Sandbox(user="65534:65534")), "id -u; id -g") == "65534\n65534\n"
+    closed = tmp_path / "closed"
+    inner = closed / "ws"
+    inner.mkdir(parents=True)
+    for_commands(inner)
+    closed.chmod(0o700)
+    assert ran(make_ctx(root=inner), "touch ran") == (
+        f"error: Commands cannot run in this workspace: they run as the user cachet-sandbox, who may not enter "
+        f"{closed}. Let that user in (chmod o+x {closed}), or move the workspace."
+    )
+    assert not (ws / "ran").exists() and not (inner / "ran").exists()
 
 
 def test_the_call_cgroups_are_removed(ctx: ToolContext) -> None:
@@ -563,28 +648,53 @@ def test_a_command_that_cannot_start(tmp_path: Path, make_ctx: Callable[..., Too
     assert caught.value.message == "The command could not be started: No such file or directory"
 
 
-def test_output_goes_to_a_spool_file_while_it_runs(ctx: ToolContext) -> None:
-    output = text(run({"command": "head -c 5000 /dev/zero | tr '\\0' a; stat -L -c '%F %s' /proc/self/fd/1"}, ctx))
-    assert output == "a" * 5000 + "regular file 5000\n"
+def test_output_comes_through_a_pipe_and_nothing_is_spooled_on_the_host(ctx: ToolContext) -> None:
+    output = text(run({"command": "head -c 5000 /dev/zero | tr '\\0' a; stat -L -c '%F' /proc/self/fd/1"}, ctx))
+    assert output == "a" * 5000 + "fifo\n"
 
 
-def test_hundred_megabytes_of_output(tmp_path: Path, make_ctx: Callable[..., ToolContext]) -> None:
-    spool_dir = tmp_path / "spool"
-    spool_dir.mkdir()
-    ctx = make_ctx(spool_dir=spool_dir)
+def test_output_past_the_limit_keeps_its_first_and_last_halves(make_ctx: Callable[..., ToolContext]) -> None:
+    ctx = make_ctx(sandbox=Sandbox(output_max_bytes=2000))
+    output = text(run({"command": "seq 1 10000; exit 3"}, ctx))
+    head, cut, tail = output.split("\n[", 1)[0], "[" + output.split("\n[", 1)[1].split("\n", 1)[0], ""
+    tail = output.split(cut + "\n", 1)[1]
+    numbers = "".join(f"{n}\n" for n in range(1, 10001))
+    assert numbers.startswith(head + "\n") and len(head) <= 1000
+    assert tail.endswith("\n[exit 3]") and numbers.endswith(tail[: -len("[exit 3]")])
+    kept = len(head) + 1 + len(tail) - len("[exit 3]")
+    assert cut == (
+        f"[{quota_module.size_text(len(numbers) - kept)} of output cut here: the command wrote "
+        f"{quota_module.size_text(len(numbers))}; run keeps the first and the last 1000 bytes]"
+    )
+    assert text(run({"command": "seq 1 300"}, ctx)) == "".join(f"{n}\n" for n in range(1, 301))
+
+
+def test_a_hundred_megabytes_of_output_take_no_more_memory_than_the_limit(ctx: ToolContext) -> None:
     command = "head -c 100000000 /dev/zero | tr '\\0' a; exit 4"
-    with tempfile.TemporaryFile(dir=spool_dir) as spool:
-        tracemalloc.start()
-        try:
-            code = RUN_MODULE.execute(command, 60, spool, ctx)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-        assert code == 4
-        assert spool.seek(0, os.SEEK_END) == 100_000_000
-    assert peak < 5_000_000
-    output = text(run_module_function({"command": command}, ctx))
-    assert len(output) == 100_000_000 + len("\n[exit 4]")
-    assert output.endswith("a\n[exit 4]")
-    assert output.count("a") == 100_000_000
-    assert os.listdir(spool_dir) == []
+    tracemalloc.start()
+    try:
+        output = text(run_module_function({"command": command}, ctx))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    limit = ctx.sandbox.output_max_bytes
+    assert limit == 10_000_000
+    assert peak < 5 * limit
+    assert output.startswith("a" * (limit // 2)) and output.endswith("a" * (limit // 2) + "\n[exit 4]")
+    assert "[85.8 MB of output cut here: the command wrote 95.4 MB; run keeps the first and the last 4.8 MB]" in output
+    assert len(output) < limit + 200
+
+
+def test_a_file_past_the_size_limit_cannot_be_written(ws: Path, make_ctx: Callable[..., ToolContext]) -> None:
+    ctx = make_ctx(sandbox=Sandbox(file_max_bytes=1 << 20))
+    output = ran(ctx, "head -c 2000000 /dev/zero > big; echo status $?; stat -c %s big; head -c 1000 /dev/zero > small")
+    assert output == "head: error writing 'standard output': File too large\nstatus 1\n1048576\n"
+    assert (ws / "big").stat().st_size == 1 << 20 and (ws / "small").stat().st_size == 1000
+
+
+def test_stop_ends_a_running_command_and_everything_it_started(ws: Path, make_ctx: Callable[..., ToolContext]) -> None:
+    mark = marker()
+    ctx = make_ctx(cancelled=(ws / "started").exists)
+    output = ran(ctx, f"echo started; sleep 1000.{mark} & touch started; sleep 1000.{mark}")
+    assert re.fullmatch(r"started\n\[stopped after \d+ s\]", output), output
+    assert gone(mark)
