@@ -4,15 +4,22 @@
 block). The markdown parser finds them, so code spans and code blocks are never touched. A ``$`` opens math only
 when a non-space follows it, and closes it only when a non-space precedes it and no digit follows, as pandoc
 reads them: ``$5 and $10`` stays text. TeX that ``latex2mathml`` cannot read is shown as its source, in code.
+
+What TeX passes through as text (``\\text{…}``, ``\\mbox``, ``\\tag``…) is text in the MathML, escaped like any
+other: ``\\text{<b>x</b>}`` shows ``<b>x</b>``. Every length (``\\rule``, ``\\hspace``, ``\\kern``, ``\\raise``, font
+sizes…) is at most ``MAX_LENGTH_EM`` em at the size it is drawn, and sizes compound to at most ``MAX_FONT_SCALE``;
+TeX past them, or with a length that cannot be read, is shown as its source.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from xml.etree.ElementTree import Element, tostring
 
 from django.utils.html import escape
-from latex2mathml.converter import convert
+from latex2mathml.converter import convert_to_element
 from markdown_it import MarkdownIt
 from markdown_it.renderer import RendererHTML
 from markdown_it.rules_block import StateBlock
@@ -21,6 +28,8 @@ from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
 
 MAX_MATH_CHARS = 4000
+MAX_LENGTH_EM = 10.0
+MAX_FONT_SCALE = 3.0
 
 MATHML_TAGS = frozenset(
     {
@@ -89,12 +98,108 @@ SEARCHED = "cachet_math_searched"
 _DELIMITERS = {"$": ("$", False), "$$": ("$$", True), "\\(": ("\\)", False), "\\[": ("\\]", True)}
 
 
+# The attributes that hold lengths, and what one length is worth in em (TeX's: 1em = 10pt); ``width``, ``height``
+# and ``depth`` are ``mpadded``'s multiples of its content's own size.
+LENGTH_ATTRIBUTES = (
+    "columnspacing",
+    "depth",
+    "height",
+    "linethickness",
+    "lspace",
+    "maxsize",
+    "minsize",
+    "rowspacing",
+    "rspace",
+    "voffset",
+    "width",
+)
+_EM_PER_UNIT = {
+    "": 1.0,
+    "em": 1.0,
+    "ex": 0.5,
+    "mu": 1 / 18,
+    "pt": 0.1,
+    "bp": 72.27 / 72 / 10,
+    "dd": 1238 / 1157 / 10,
+    "pc": 1.2,
+    "cc": 12 * 1238 / 1157 / 10,
+    "sp": 1 / 655360,
+    "px": 1 / 16,
+    "in": 7.227,
+    "cm": 7.227 / 2.54,
+    "mm": 7.227 / 25.4,
+    "%": 0.01,
+    "width": 1.0,
+    "height": 1.0,
+    "depth": 1.0,
+}
+_LENGTH = re.compile(r"([+-]?)(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*|%)", re.IGNORECASE)
+_NAMED_SPACES = frozenset(
+    f"{sign}{size}mathspace"
+    for sign in ("", "negative")
+    for size in ("veryverythin", "verythin", "thin", "medium", "thick", "verythick", "veryverythick")
+)
+# latex2mathml writes the characters it makes (symbols, the spaces of text) as hexadecimal references.
+_REFERENCE = re.compile(r"&#x([0-9A-Fa-f]{1,6});")
+
+
+def _em(length: str) -> float | None:
+    """``length`` in em, or ``None`` where it is not a length Cachet reads."""
+    if length in _NAMED_SPACES:
+        return 0.0
+    match = _LENGTH.fullmatch(length.strip())
+    factor = _EM_PER_UNIT.get(match[3].lower()) if match else None
+    if match is None or factor is None:
+        return None
+    return float(match[2]) * factor * (-1 if match[1] == "-" else 1)
+
+
+def _sized_sanely(math: Element) -> bool:
+    """Every length of ``math`` is at most ``MAX_LENGTH_EM`` at the size it is drawn, and no font grows past
+    ``MAX_FONT_SCALE``; nothing unread passes."""
+    stack = [(math, 1.0)]
+    while stack:
+        element, scale = stack.pop()
+        size = element.get("mathsize")
+        if size is not None:
+            factor = _em(size)
+            if factor is None or factor < 0 or scale * factor > MAX_FONT_SCALE:
+                return False
+            scale *= factor
+        for name in LENGTH_ATTRIBUTES:
+            for length in element.get(name, "").split():
+                em = _em(length)
+                if em is None or abs(em) * scale > MAX_LENGTH_EM:
+                    return False
+        stack.extend((child, scale) for child in element)
+    return True
+
+
+def _character(reference: re.Match[str]) -> str:
+    code = int(reference[1], 16)
+    return chr(code) if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else reference[0]
+
+
+def _as_text(math: Element) -> None:
+    """latex2mathml's references as the characters they stand for, so that serializing escapes the rest."""
+    for element in math.iter():
+        if element.text:
+            element.text = _REFERENCE.sub(_character, element.text)
+        if element.tail:
+            element.tail = _REFERENCE.sub(_character, element.tail)
+
+
 def latex_to_mathml(source: str, *, display: bool) -> str | None:
     """``source`` as a ``<math>`` element, or ``None`` where it is not TeX that can be shown."""
     if not source.strip() or len(source) > MAX_MATH_CHARS:
         return None
     try:
-        return str(convert(source, display="block" if display else "inline"))
+        # Not latex2mathml's ``convert``: it unescapes its whole output, so text would pass through as HTML.
+        math = convert_to_element(source, display="block" if display else "inline")
+        if not _sized_sanely(math):
+            return None
+        _as_text(math)
+        return tostring(math, encoding="unicode")
     except Exception:  # latex2mathml raises many kinds (and IndexError, RecursionError) on bad TeX
         return None
 

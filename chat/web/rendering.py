@@ -143,7 +143,7 @@ def block_starts(text: str) -> list[int]:
     return [line_starts[line] for line in lines]
 
 
-RENDERING_VERSION = 2
+RENDERING_VERSION = 3
 
 
 def render_markdown(text: str, *, breaks: bool = False, highlight: bool = True) -> str:

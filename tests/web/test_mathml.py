@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import re
+import time
+from html import unescape
+from xml.etree import ElementTree
+
 import pytest
+from django.utils.html import escape
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chat.web import mathml, rendering
+from chat.web import mathml as mathml_module
 from chat.web.mathml import latex_to_mathml
 from chat.web.rendering import markdown_html, render_markdown, sanitize
 
@@ -143,3 +152,136 @@ def test_cached_html_is_rendered_again_when_the_renderer_changes(monkeypatch: py
 def test_a_persons_line_breaks_are_kept() -> None:
     assert str(markdown_html("one\ntwo", breaks=True)) == "<p>one<br>\ntwo</p>\n"
     assert str(markdown_html("one\ntwo")) == "<p>one\ntwo</p>\n"
+
+
+TEXT_COMMANDS = ["\\text", "\\textbf", "\\textit", "\\textrm", "\\texttt", "\\mbox", "\\hbox", "\\fbox", "\\tag"]
+
+
+@pytest.mark.parametrize("command", TEXT_COMMANDS)
+@pytest.mark.parametrize("words", ["<b>x</b>", "</math><img src=x onerror=alert(1)>", "a &amp; b", 'say "hi"'])
+def test_text_in_tex_is_text_whatever_it_holds(command: str, words: str) -> None:
+    mathml = latex_to_mathml(f"{command}{{{words}}}", display=False)
+    assert mathml is not None
+    shown = "".join(ElementTree.fromstring(mathml).itertext()).replace("\xa0", " ")
+    assert words in shown, "the characters as written, not markup"
+    html = render_markdown(f"see ${command}{{{words}}}$ here")
+    assert "<b>" not in html and "<img" not in html and html.count("</math>") == 1
+    math = html[html.index("<math") : html.index("</math>")]
+    assert words in unescape(re.sub(r"<[^>]*>", "", math)).replace("\xa0", " "), "what the page shows"
+
+
+def test_what_latex2mathml_writes_as_references_is_still_the_character() -> None:
+    html = render_markdown("$a < b \\leq c''$ and $\\text{two words}$")
+    assert "<mo>&lt;</mo>" in html and "<mo>≤</mo>" in html and "″" in html
+    assert "<mtext>two&nbsp;words</mtext>" in html
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "\\rule{1000em}{1000em}",
+        "\\rule{1em}{1000em}",
+        "\\rule[1000em]{1em}{1em}",
+        "\\hspace{1000em}",
+        "\\hspace{-50em}",
+        "\\kern1000em",
+        "\\mkern-500mu",
+        "\\mspace{1000mu}",
+        "\\hskip-1000pt",
+        "\\hspace{20cm}",
+        "\\raise{100em}{x}",
+        "\\moveleft{100em}{x}",
+        "\\skew{1000}{\\hat}{a}",
+        "\\Huge\\Huge x",
+        "{\\Huge {\\huge x}}",
+        "\\Huge \\hspace{5em}",
+    ],
+)
+def test_sizes_past_sane_are_shown_as_source(source: str) -> None:
+    assert latex_to_mathml(source, display=False) is None
+    assert render_markdown(f"${source}$") == f"<p><code>${escape(source)}$</code></p>\n"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "\\rule{1em}{0.5em}",
+        "\\hspace{1cm} x \\qquad y \\! z \\, w",
+        "\\kern-0.5em x \\mkern18mu y",
+        "\\Huge x",
+        "\\Bigg( \\big[ x \\big] \\Bigg)",
+        "\\binom{a}{b} \\xrightarrow{f} \\llap{x} \\skew{3}{\\hat}{a}",
+        "\\begin{pmatrix} a & b \\\\ c & d \\end{pmatrix}",
+    ],
+)
+def test_ordinary_sizes_still_render(source: str) -> None:
+    assert latex_to_mathml(source, display=True) is not None
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "\\left(" * 300 + "x" + "\\right)" * 300,
+        "\\big(" * 800,
+        "\\Bigg(" * 600,
+        "{" * 1999 + "x" + "}" * 1999,
+        "\\sqrt{" * 600 + "x" + "}" * 600,
+    ],
+)
+def test_deep_nesting_and_repetition_stay_bounded(source: str) -> None:
+    started = time.perf_counter()
+    html = render_markdown(f"$${source}$$")
+    assert time.perf_counter() - started < 5
+    assert len(html) < 30 * len(source)
+
+
+TEX_PIECES = [
+    "x",
+    "1",
+    " ",
+    "<",
+    ">",
+    "&",
+    '"',
+    "&#x3C;",
+    "</math>",
+    "<b>",
+    "\\text{",
+    "\\mathrm{",
+    "\\operatorname{",
+    "\\rule{",
+    "\\hspace{",
+    "\\kern",
+    "\\raise{",
+    "\\Huge",
+    "\\left(",
+    "\\right)",
+    "\\big(",
+    "{",
+    "}",
+    "^",
+    "_",
+    "em",
+    "pt",
+    "mu",
+    "-",
+    "999",
+    "\\frac{",
+    "\\\\",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(TEX_PIECES), max_size=30).map("".join))
+def test_any_tex_gives_well_formed_mathml_of_sane_sizes_or_none(source: str) -> None:
+    mathml = latex_to_mathml(source, display=False)
+    if mathml is None:
+        return
+    root = ElementTree.fromstring(mathml)
+    for element in root.iter():
+        assert element.tag.rpartition("}")[2] in mathml_module.MATHML_TAGS, element.tag
+        for name in mathml_module.LENGTH_ATTRIBUTES:
+            for length in element.get(name, "").split():
+                em = mathml_module._em(length)
+                assert em is not None and abs(em) <= mathml_module.MAX_LENGTH_EM, (name, length)
+    assert "<script" not in render_markdown(f"${source}$").lower()
