@@ -192,7 +192,8 @@ def build(spec_file: Path) -> None:
     client = Client()
     client.force_login(user)
     folder = Path(spec["workspace"])
-    workspace = setup.workspaces_seed(spec=f"bench={folder}", default_folder=folder)[0]
+    seeded = setup.workspaces_seed(spec=f"bench={folder}", default_folder=folder)
+    workspace = (seeded if isinstance(seeded, list) else seeded.workspaces)[0]  # a list before the folder rules
     endpoint = setup.endpoint_seed(base_url=spec["model_url"], model="bench")
     tool_list = tools.tool_list(allow_commands=False)
     read_seconds: list[float] = []
@@ -482,7 +483,7 @@ class Side:
         done = subprocess.run(
             [sys.executable, str(Path(__file__).resolve()), "--build", str(spec)],
             cwd=self.tree,
-            env=self.env,
+            env={**self.env, "CACHET_WORKSPACE_ROOTS": str(workspace)},  # the seeded folder lies under the roots
             capture_output=True,
             text=True,
             check=False,

@@ -1,5 +1,5 @@
-"""ASGI entry point: HTTP through Django; websockets through Channels behind the exact origin check, the allowed
-hosts check and the session login."""
+"""ASGI entry point: HTTP through Django behind the request body limits; websockets through Channels behind the
+exact origin check, the allowed hosts check and the session login."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from cachet.body_limits import BodyLimit  # noqa: E402
 from cachet.origins import ExactOriginValidator  # noqa: E402
 from cachet.outage import WebsocketDatabaseGuard  # noqa: E402
 from chat.web.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyLimit(django_asgi_app),
         "websocket": WebsocketDatabaseGuard(
             ExactOriginValidator(AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))))
         ),

@@ -242,6 +242,12 @@ AXES_VERBOSE = False
 CACHET_MODEL_URL = os.environ.get("CACHET_MODEL_URL", "http://127.0.0.1:8080/v1")
 CACHET_MODEL = os.environ.get("CACHET_MODEL", "")
 CACHET_WORKSPACES = os.environ.get("CACHET_WORKSPACES", "")
+# Where workspace folders set in the admin or seeded from CACHET_WORKSPACES may lie (``sessions_app.folders``).
+CACHET_WORKSPACE_ROOTS = [
+    Path(item.strip()).expanduser()
+    for item in (os.environ.get("CACHET_WORKSPACE_ROOTS") or str(CACHET_DATA / "workspaces")).split(",")
+    if item.strip()
+]
 CACHET_PROMPTS = Path(os.environ.get("CACHET_PROMPTS") or BASE_DIR / "prompts")
 CACHET_TODAY = os.environ.get("CACHET_TODAY", "")
 CACHET_CONNECT_TIMEOUT = float(os.environ.get("CACHET_CONNECT_TIMEOUT", "10"))
@@ -253,6 +259,14 @@ CACHET_CHUNK_TIMEOUT = float(os.environ.get("CACHET_CHUNK_TIMEOUT", "120"))
 CACHET_MAX_REPLIES = max(1, int(os.environ.get("CACHET_MAX_REPLIES", "32")))
 CACHET_MAX_STEPS = int(os.environ.get("CACHET_MAX_STEPS", "0")) or None
 CACHET_MAX_MESSAGE_BYTES = int(os.environ.get("CACHET_MAX_MESSAGE_BYTES", "200000"))
+# The largest websocket frame (and message) Daphne reads under ``manage.py serve``; one over the message limit but
+# within this is answered with a notice and its words put back in the box, a larger one closes the socket (1009).
+CACHET_MAX_FRAME_BYTES = max(CACHET_MAX_MESSAGE_BYTES, int(os.environ.get("CACHET_MAX_FRAME_BYTES") or 4 * 1024 * 1024))
+# Request bodies past these are refused before they are read (``cachet.body_limits``): every form, and the import's
+# file, whose request may carry a form's worth more. Django's own limit on what it reads into memory agrees.
+CACHET_MAX_BODY_BYTES = int(os.environ.get("CACHET_MAX_BODY_BYTES") or 1024 * 1024)
+CACHET_IMPORT_MAX_BYTES = int(os.environ.get("CACHET_IMPORT_MAX_BYTES") or 64 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = CACHET_MAX_BODY_BYTES
 CACHET_CHECK_REQUESTS = env_bool("CACHET_CHECK_REQUESTS", False)
 CACHET_BWRAP = os.environ.get("CACHET_BWRAP") or "/usr/bin/bwrap"
 # Who commands (the run tool) run as where Cachet runs as root: a user name or uid[:gid], never root.

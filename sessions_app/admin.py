@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
@@ -13,6 +14,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from sessions_app.folders import folder_check
 from sessions_app.hygiene import format_id, parse_id
 from sessions_app.models import (
     ChatSession,
@@ -76,8 +78,24 @@ class KeepsSessionsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return deleted, counts, perms_needed, protected
 
 
+class WorkspaceForm(forms.ModelForm):  # type: ignore[type-arg]
+    """A workspace as staff set it: its folder lies under ``CACHET_WORKSPACE_ROOTS`` and is none Cachet refuses
+    (``sessions_app.folders``); it is stored resolved, symlinks followed."""
+
+    class Meta:
+        model = Workspace
+        fields = "__all__"  # noqa: DJ007 - the admin's own fieldsets decide what shows
+
+    def clean_folder(self) -> str:
+        checked = folder_check(self.cleaned_data["folder"])
+        if not checked.allowed:
+            raise forms.ValidationError(f"Cachet may not use this folder: {checked.refusal}.")
+        return str(checked.folder)
+
+
 @admin.register(Workspace)
 class WorkspaceAdmin(KeepsSessionsAdmin):
+    form = WorkspaceForm
     session_link = "workspace"
     list_display = ["name", "folder", "allow_commands", "allow_network"]
     filter_horizontal = ["members"]

@@ -57,6 +57,25 @@ class NothingToCompact(StoreError):
         super().__init__("There is nothing to compact yet.")
 
 
+class WorkspaceRefused(StoreError):
+    """The session's owner may no longer use its workspace, or its folder is one Cachet may not use: the
+    session is read-only."""
+
+
+class NotAMember(WorkspaceRefused):
+    def __init__(self, workspace: str, *, during_reply: bool = False) -> None:
+        then = "the reply ended before its next tool call, and " if during_reply else ""
+        super().__init__(f"You are no longer a member of the workspace “{workspace}”: {then}this session is read-only.")
+
+
+class FolderRefused(WorkspaceRefused):
+    def __init__(self, workspace: str, reason: str) -> None:
+        super().__init__(
+            f"The workspace “{workspace}” is on a folder Cachet may not use ({reason}): this session is read-only "
+            "until staff change the folder in the admin."
+        )
+
+
 def is_database_unavailable(error: BaseException) -> bool:
     """Whether ``error`` says the database cannot be reached (stopped, restarting, the connection lost)."""
     return isinstance(error, OperationalError | InterfaceError | psycopg.OperationalError | psycopg.InterfaceError)

@@ -92,6 +92,26 @@ def test_each_web_setting_is_one_cachet_reads(name: str) -> None:
     assert name in _settings_env_names(), f"docker-compose.yml sets {name}, which Cachet never reads"
 
 
+def _compose_default(value: str) -> str:
+    """What ``${NAME:-default}`` gives where NAME is not set."""
+    match = re.fullmatch(r"\$\{\w+:-(.*)\}", value)
+    return match.group(1) if match else value
+
+
+def test_the_seeded_workspaces_lie_under_the_workspace_roots(settings: Any) -> None:
+    from sessions_app.folders import folder_check
+
+    environment = WEB["environment"]
+    roots = _compose_default(environment["CACHET_WORKSPACE_ROOTS"])
+    assert roots == "/workspaces"
+    settings.CACHET_WORKSPACE_ROOTS = [Path(root) for root in roots.split(",")]
+    settings.BASE_DIR, settings.CACHET_DATA, settings.STATIC_ROOT = Path("/app"), Path("/data"), Path("/data/static")
+    seeded = [item.split("=", 1)[1] for item in _compose_default(environment["CACHET_WORKSPACES"]).split(",")]
+    assert seeded == ["/workspaces/team"]
+    assert [folder_check(folder).refusal for folder in seeded] == [""]
+    assert folder_check("/data/pg").refusal == "/data/pg lies inside Cachet's data (/data)"
+
+
 def test_the_volumes_keep_the_data() -> None:
     mounts = {volume.split(":")[1]: volume.split(":")[0] for volume in WEB["volumes"]}
     assert mounts["/data"] == "cachetdata" and mounts["/workspaces"] == "./workspaces"
@@ -120,13 +140,34 @@ def test_the_web_container_may_make_bubblewrap_namespaces() -> None:
     assert "privileged" not in WEB
 
 
-def test_the_caddy_example_proxies_to_web_with_internal_tls() -> None:
+def _caddy_site() -> list[str]:
+    """The directives of the Caddyfile's ``cachet.lan`` site, one a line, comments dropped."""
     mount = next(volume for volume in SERVICES["proxy"]["volumes"] if volume.endswith("/etc/caddy/Caddyfile:ro"))
     caddyfile = (ROOT / mount.split(":")[0]).read_text()
     site = re.search(r"^cachet\.lan \{\n(.*?)^\}", caddyfile, re.S | re.M)
     assert site is not None
-    assert re.findall(r"^\s*(\S.*)$", site.group(1), re.M) == ["tls internal", "reverse_proxy web:8000"]
+    return [line for line in re.findall(r"^\s*(\S.*)$", site.group(1), re.M) if not line.startswith("#")]
+
+
+def test_the_caddy_example_proxies_to_web_with_internal_tls() -> None:
+    site = _caddy_site()
+    assert site[0] == "tls internal" and site[-1] == "reverse_proxy web:8000"
     assert SERVICES["proxy"]["ports"] == ["80:80", "443:443"]
+
+
+def test_the_caddy_example_refuses_bodies_past_cachets_limits(settings: Any) -> None:
+    from django.urls import reverse
+
+    units = {"MiB": 1024 * 1024, "KiB": 1024, "B": 1}
+    limits = "\n".join(_caddy_site())
+    found = re.findall(r"^(@\w+) (.+)\nrequest_body \1 \{\nmax_size (\d+)(MiB|KiB|B)\n\}$", limits, re.M)
+    sizes = {matcher: int(number) * units[unit] for _, matcher, number, unit in found}
+    path = reverse("session_import")
+    assert sizes == {
+        f"path {path}": settings.CACHET_IMPORT_MAX_BYTES + settings.CACHET_MAX_BODY_BYTES,
+        f"not path {path}": settings.CACHET_MAX_BODY_BYTES,
+    }
+    assert limits.index("request_body") < limits.index("reverse_proxy")
 
 
 def test_the_dockerfile() -> None:

@@ -1,5 +1,6 @@
 """The isolation sweep: every URL pattern the resolver knows and every websocket route, tried by a second
-person and by nobody with the first person's real ids, and with ids out of range or malformed.
+person and by nobody with the first person's real ids, with ids out of range or malformed, and by the first
+person once removed from the session's workspace.
 
 The routes are read from ``get_resolver().url_patterns`` (recursively) and ``chat.routing``, so a view
 added later is swept without touching this file; a URL argument the sweep cannot fill fails it by name.
@@ -339,3 +340,118 @@ async def test_a_socket_with_an_id_out_of_range_or_malformed_closes_cleanly(
             assert await _closed_without_a_word(communicator) is None
         finally:
             await communicator.disconnect()
+
+
+# Removal: the first person, removed from the session's workspace, still reads their own session (and may rename
+# or delete it, as it is theirs), but through no page and no message of its socket can they start a session on
+# the workspace, add to the session, take anything back, change its mode or model, or touch the workspace.
+
+REMOVED = "You are no longer a member of the workspace “ws”: this session is read-only."
+LAST_ROUTES = ("session_delete",)  # deleting one's own session stays possible: swept last
+
+
+def _folder(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def _stored(owned: Owned) -> tuple[int, int, int, int]:
+    return (
+        ChatSession.objects.filter(workspace_id=owned.session.workspace_id).count(),
+        Turn.objects.filter(session=owned.session).count(),
+        Result.objects.filter(session=owned.session).count(),
+        ModelRequest.objects.filter(session=owned.session).count(),
+    )
+
+
+def _sweep_removed(client: Client, user: Any, routes: list[Route], owned: Owned, posted: dict[str, str]) -> list[str]:
+    """Every method of ``routes`` as the removed first person: never a 5xx, the own pages load, the page is
+    read-only."""
+    failures: list[str] = []
+    for route in routes:
+        path = route.path(values_for(route, owned))
+        for method in ("GET", "POST"):
+            client.force_login(user)
+            response = client.get(path) if method == "GET" else client.post(path, posted)
+            if response.status_code >= 500:
+                failures.append(f"{method} {path}: {response.status_code}")
+            loads = response.status_code in (200, 405)  # 405: a view that takes POST only
+            if method == "GET" and route.kwargs and not loads:
+                failures.append(f"GET {path}: {response.status_code}, not 200: the person's own pages load")
+            if route.name == "session" and method == "GET":
+                page = response.content.decode()
+                if REMOVED not in page or 'id="composer"' in page or 'id="controls"' in page:
+                    failures.append(f"GET {path}: not read-only")
+    return failures
+
+
+def test_a_removed_member_reads_their_session_through_every_url_and_changes_nothing(
+    owned: Owned, user: Any, other_user: Any, workspace_dir: Path, scripted: ScriptedServer
+) -> None:
+    owned.session.workspace.members.add(other_user)  # staff give the workspace a member: ada is not one
+    files, stored, asked = _folder(workspace_dir), _stored(owned), len(scripted.requests)
+    posted = {**POSTED, "workspace": str(owned.session.workspace_id), "endpoint": str(owned.session.endpoint_id)}
+    ada = Client()
+    routes = [route for route in APP_ROUTES if route.name not in PUBLIC_VIEWS]
+    assert _sweep_removed(ada, user, [r for r in routes if r.name not in LAST_ROUTES], owned, posted) == []
+    assert _folder(workspace_dir) == files, "nothing in the workspace changed"
+    assert len(scripted.requests) == asked, "nothing was asked of the model"
+    assert _stored(owned) == stored, "no session started on the workspace, no turn, result or request"
+    assert _sweep_removed(ada, user, [r for r in routes if r.name in LAST_ROUTES], owned, posted) == []
+    assert not ChatSession.objects.filter(pk=owned.session.pk).exists(), "one's own session can still be deleted"
+    assert _folder(workspace_dir) == files
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_a_removed_member_is_refused_every_socket_action_but_stop_and_reading(
+    owned: Owned, user: Any, other_user: Any, workspace_dir: Path, scripted: ScriptedServer
+) -> None:
+    import json
+
+    from asgiref.sync import sync_to_async
+
+    from chat.web import jobs
+
+    def remove() -> tuple[dict[str, bytes], tuple[int, int, int, int]]:
+        owned.session.workspace.members.add(other_user)
+        return _folder(workspace_dir), _stored(owned)
+
+    files, stored = await database_sync_to_async(remove)()
+    asked = len(scripted.requests)
+    cookie = await database_sync_to_async(_cookie)(user)
+    communicator = _socket(f"/ws/sessions/{owned.session.pk}/", cookie)
+    acting = [
+        {"type": "send", "text": "still here?"},
+        {"type": "edit", "turn": 1, "text": "changed"},
+        {"type": "regenerate"},
+        {"type": "undo", "restore": "1"},
+        {"type": "rewind", "turn": 1, "restore": "1"},
+        {"type": "flip", "turn": 1},
+        {"type": "compact"},
+        {"type": "mode", "mode": "full"},
+        {"type": "model", "endpoint": str(owned.session.endpoint_id), "model": "other"},
+    ]
+    try:
+        ok, _ = await communicator.connect(timeout=10)
+        assert ok
+        await communicator.send_json_to({"type": "hello", "rev": 0, "first": 0, "bar": 0})
+        caught = await communicator.receive_from(timeout=10)
+        assert SECRETS[1] in caught, "the person's own turns come"
+        while not await communicator.receive_nothing(timeout=0.3):
+            await communicator.receive_from(timeout=5)
+        for message in acting:
+            await communicator.send_json_to(message)
+            answer = json.loads(await communicator.receive_from(timeout=10))
+            notices = [op["html"] for op in answer.get("ops", []) if op.get("id") == "notice"]
+            assert notices and REMOVED in notices[0], message
+            assert await communicator.receive_nothing(timeout=0.3), f"{message}: nothing else happens"
+        await communicator.send_json_to({"type": "stop"})
+        assert await communicator.receive_nothing(timeout=0.3), "stop is taken, with nothing to stop"
+    finally:
+        await communicator.disconnect()
+        await sync_to_async(jobs.wait_idle)(20, cancel=True)
+    assert await database_sync_to_async(_folder)(workspace_dir) == files
+    assert await database_sync_to_async(_stored)(owned) == stored
+    assert len(scripted.requests) == asked
+    session = await database_sync_to_async(ChatSession.objects.get)(pk=owned.session.pk)
+    assert (session.mode, session.model_name) == (owned.session.mode, owned.session.model_name)

@@ -73,7 +73,7 @@ from chat.agent.model_client import (
 from chat.agent.workspace import read_instructions, restore_files, tool_context
 from chat.tools import ToolContext, call_tool, only_reads
 from sessions_app import prompts
-from sessions_app.errors import EmptySummary, StoreError, person_message
+from sessions_app.errors import EmptySummary, NotAMember, StoreError, WorkspaceRefused, person_message
 from sessions_app.hygiene import PriorResult
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import BreakCause, ChatSession, ModelRequest, RequestKind, Turn
@@ -84,7 +84,7 @@ from sessions_app.selectors.requests import (
     build_request,
     previous_request,
 )
-from sessions_app.selectors.sessions import current_generation, history_turns
+from sessions_app.selectors.sessions import current_generation, history_turns, session_standing, workspace_refusal
 from sessions_app.services.compaction import compaction_apply
 from sessions_app.services.locks import reply_lock
 from sessions_app.services.requests import (
@@ -219,6 +219,9 @@ class ReplyLoop:
     def _locked(self) -> Iterator[None]:
         with reply_lock(self.session):
             self._refresh()
+            refused = workspace_refusal(session=self.session)  # the owner removed, or the folder now forbidden
+            if refused is not None:
+                raise refused
             try:
                 yield
             finally:
@@ -620,7 +623,7 @@ class ReplyLoop:
         yield TurnStarted(turn, again=again)
         try:
             turn = yield from self._steps(turn)
-        except RequestTooLarge as error:
+        except (RequestTooLarge, WorkspaceRefused) as error:
             turn = turn_fail(turn=turn, error=str(error))
         except ModelCancelled as error:
             turn = turn_fail(turn=turn, error=STOPPED, unstored=_partial_text(error), interrupted=True)
@@ -685,9 +688,9 @@ class ReplyLoop:
             for call in step.tool_calls:
                 if self.cancel.is_set():
                     break
-                # A read answers the same in every mode and workspace: only a call that may change something
-                # needs what holds now.
-                now = context if only_reads(call["name"]) else _as_now(context, session)
+                # Every call, a read too, obeys what holds when it runs: the mode, the workspace's permissions,
+                # and whether the owner may still use the workspace (one query).
+                now = _as_now(context, session)
                 with self.waiting():
                     arguments, outcome = call_tool(call["name"], call["arguments"], now)
                 result = result_insert(
@@ -738,11 +741,12 @@ def _finish(
 
 def _as_now(context: ToolContext, session: ChatSession) -> ToolContext:
     """``context`` with the session's mode and its workspace's permissions as they are now: either can
-    change while a reply runs, and a call that may change something obeys what holds when it runs."""
-    mode, allow_commands, allow_network = ChatSession.objects.values_list(
-        "mode", "workspace__allow_commands", "workspace__allow_network"
-    ).get(pk=session.pk)
-    return replace(context, mode=mode, allow_commands=allow_commands, allow_network=allow_network)
+    change while a reply runs, and a call obeys what holds when it runs. An owner removed from the workspace
+    meanwhile ends the reply (``NotAMember``): the call is not run."""
+    now = session_standing(session=session)
+    if not now.member:
+        raise NotAMember(session.workspace.name, during_reply=True)
+    return replace(context, mode=now.mode, allow_commands=now.allow_commands, allow_network=now.allow_network)
 
 
 def _partial_text(error: ModelError) -> str:

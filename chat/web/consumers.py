@@ -20,9 +20,9 @@ from chat.web.messages import Op, pack
 from chat.web.publisher import MESSAGE_TYPE, session_group
 from chat.web.socket_store import store_call
 from chat.web.sync import PageState, catch_up, chart_page_put
-from sessions_app.errors import ReplyInProgress
+from sessions_app.errors import ReplyInProgress, WorkspaceRefused
 from sessions_app.models import ChatSession
-from sessions_app.selectors.sessions import session_get
+from sessions_app.selectors.sessions import session_get, workspace_refusal
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_model_switch, session_set_mode
 
@@ -56,27 +56,52 @@ def _running(session_id: int) -> bool:
     return reply_running(ChatSession(pk=session_id))
 
 
+def too_large_notice(size: int, limit: int) -> str:
+    """What a message over the limit is answered (``static/cachet/chat.js`` says the same before sending one)."""
+    return f"That message is {size} bytes; the most Cachet takes is {limit} bytes."
+
+
+def _too_large(text_data: str | None, *, size: int, limit: int) -> list[Op]:
+    """The notice for a message over ``limit``; the words of a send or edit that still reads go back in the box."""
+    ops: list[Op] = [fragments.notice_put(too_large_notice(size, limit), level="error")]
+    try:
+        content = json.loads(text_data) if text_data is not None else None
+    except (ValueError, RecursionError):
+        return ops
+    words = content.get("text") if isinstance(content, dict) and content.get("type") in ("send", "edit") else None
+    if isinstance(words, str) and words.strip():
+        ops.insert(0, fragments.composer_put(words))
+    return ops
+
+
 # Messages that start a job or change the model: they need to know whether a reply runs.
 _ACTING = frozenset({"send", "undo", "rewind", "regenerate", "edit", "flip", "compact", "model"})
+# Messages that change the session: refused where its owner may no longer use its workspace. Stop is not one.
+_CHANGING = _ACTING | {"mode"}
 
 
 @dataclass(frozen=True)
 class _Asker:
-    """Who sent a message, read afresh, with their session (``None``: not theirs or gone) and whether a reply
-    runs in it (asked only for messages that act)."""
+    """Who sent a message, read afresh, with their session (``None``: not theirs or gone), whether a reply
+    runs in it (asked only for messages that act), and why the session is read-only (asked only for messages
+    that change it; ``None``: it is not)."""
 
     user: Any
     session: ChatSession | None
     running: bool
+    refused: WorkspaceRefused | None = None
 
 
-def _asker(scope: dict[str, Any], session_id: int, *, acting: bool) -> _Asker:
-    """Everything a message needs from the store, on one connection."""
+def _asker(scope: dict[str, Any], session_id: int, *, kind: object) -> _Asker:
+    """Everything a message of ``kind`` needs from the store, on one connection."""
     user = get_user.func({**scope, "session": _fresh_session(scope)})
     if not user.is_authenticated:
         return _Asker(user, None, False)
     session = session_get(owner=user, session_id=session_id)
-    return _Asker(user, session, session is not None and acting and _running(session_id))
+    if session is None:
+        return _Asker(user, None, False)
+    refused = workspace_refusal(session=session) if kind in _CHANGING else None
+    return _Asker(user, session, refused is None and kind in _ACTING and _running(session_id), refused)
 
 
 @dataclass(frozen=True)
@@ -152,14 +177,14 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         size = len(text_data.encode("utf-8", "surrogatepass")) if text_data is not None else len(bytes_data or b"")
         limit = settings.CACHET_MAX_MESSAGE_BYTES
         if size > limit:
-            await self.notice(f"That message is {size} bytes; the most Cachet takes is {limit} bytes.")
+            await self.show(*_too_large(text_data, size=size, limit=limit))
             return
         if text_data is None:
             await self.notice("Cachet only understands text messages.")
             return
         try:
             content = json.loads(text_data)
-        except ValueError:
+        except (ValueError, RecursionError):
             await self.notice("Cachet could not read that message (not JSON).")
             return
         if not isinstance(content, dict):
@@ -169,7 +194,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def receive_json(self, content: dict[str, Any], **kwargs: Any) -> None:
         kind = content.get("type")
-        asker = await store_call(_asker)(self.scope, self.session_id, acting=kind in _ACTING)
+        asker = await store_call(_asker)(self.scope, self.session_id, kind=kind)
         if not asker.user.is_authenticated:
             await self.close(code=LOGGED_OUT)
             return
@@ -178,6 +203,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.close(code=NOT_FOUND)
             return
         self.running = asker.running
+        if asker.refused is not None:
+            await self.refuse(content, asker.refused)
+            return
         restore = _flag(content.get("restore"))
         if kind == "hello":
             await self.hello(content)
@@ -213,6 +241,14 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.change_model(session, content.get("endpoint"), content.get("model"))
         else:
             await self.notice(f"Cachet does not know the request {str(kind)[:40]!r}.")
+
+    async def refuse(self, content: dict[str, Any], refused: WorkspaceRefused) -> None:
+        """Say why the session is read-only; the words of a refused send or edit go back into the box."""
+        text = content.get("text")
+        ops = [fragments.notice_put(str(refused), level="error")]
+        if content.get("type") in ("send", "edit") and isinstance(text, str) and text.strip():
+            ops.insert(0, fragments.composer_put(text))
+        await self.show(*ops)
 
     async def hello(self, content: dict[str, Any]) -> None:
         """Bring the tab from what it shows to what is stored, then ask the running reply for its live text."""

@@ -12,7 +12,7 @@ from django.utils.html import format_html
 
 from chat.web import chart
 from chat.web.display import CompactionView, StepView, ToolRow, TranscriptPage, TurnView
-from chat.web.messages import Put, Remove
+from chat.web.messages import TEXT_PIECE, Put, Remove
 from sessions_app import prompts
 from sessions_app.models import ChatSession, Mode, ModelRequest
 
@@ -129,5 +129,8 @@ def notice_put(text: str, *, level: str = "info", lines: Sequence[str] = ()) -> 
 
 
 def composer_put(text: str) -> Put:
-    """The message box holding ``text``: undo and rewind give the person their words back."""
-    return Put("composer-text", _render("_composer_text.html", {"text": text, "focus": True}))
+    """The message box holding ``text``: undo and rewind give the person their words back. Long words follow
+    the box as its value, in pieces: written as HTML they could pass what one message holds."""
+    if len(text) <= TEXT_PIECE:
+        return Put("composer-text", _render("_composer_text.html", {"text": text, "focus": True}))
+    return Put("composer-text", _render("_composer_text.html", {"text": "", "focus": True}), value=text)

@@ -1,12 +1,13 @@
 """The messages the websocket sends a chat page: JSON, each at most ``MESSAGE_LIMIT`` bytes.
 
 A message may carry ``rev`` (the session revision it brings the page to), ``ops`` (changes to the page:
-put an element in place by its id, or remove one) and ``live`` (text of the step being streamed, with
-its offset, so a page that already has it drops it). ``static/cachet/chat.js`` applies them.
+put an element in place by its id, remove one, or append text to a form field's value) and ``live`` (text of
+the step being streamed, with its offset, so a page that already has it drops it). ``static/cachet/chat.js``
+applies them.
 
 Whatever a session holds, no message is larger than the limit: ops are packed into as many messages as
 they need, an element too large for one message is sent as a placeholder that loads itself over HTTP,
-and streamed text is cut into pieces.
+a form field's long value follows its element in pieces, and streamed text is cut into pieces.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ _ENVELOPE = 256
 
 
 class OpData(TypedDict, total=False):
-    op: Literal["put", "remove"]
+    op: Literal["put", "remove", "append"]
     id: str
     html: str
+    text: str
     into: str
     at: Literal["end", "start", "order"]
 
@@ -44,13 +46,15 @@ class LiveData(TypedDict, total=False):
 @dataclass(frozen=True)
 class Put:
     """Put ``html`` (one element whose id is ``id``) in place of the element with that id; where there is
-    none, into the element ``into``: at its end, its start, or by the elements' ``data-order``."""
+    none, into the element ``into``: at its end, its start, or by the elements' ``data-order``. ``value`` (of a
+    form field) follows the element as text, in pieces of ``TEXT_PIECE``: as HTML it might not fit a message."""
 
     id: str
     html: str
     into: str = ""
     at: Literal["end", "start", "order"] = "end"
     lazy: str = ""
+    value: str = ""
 
     def data(self) -> OpData:
         op: OpData = {"op": "put", "id": self.id, "html": self.html}
@@ -118,19 +122,27 @@ def _fitting(op: Op, limit: int) -> OpData:
     raise ValueError(f"the element {op.id} is larger than a message and has no placeholder")
 
 
+def _sent(op: Op, limit: int) -> Iterator[OpData]:
+    yield _fitting(op, limit)
+    value = op.value if isinstance(op, Put) else ""
+    while value:
+        piece, value = _split(value)
+        yield {"op": "append", "id": op.id, "text": piece}
+
+
 def pack(ops: Iterable[Op], *, rev: int | None = None, limit: int = MESSAGE_LIMIT) -> list[str]:
     """``ops`` as messages of at most ``limit`` bytes each, in order; the last one carries ``rev``."""
     messages: list[Message] = []
     current = Message()
     size = _ENVELOPE
     for op in ops:
-        data = _fitting(op, limit)
-        op_size = _size(data) + 1
-        if current.ops and size + op_size > limit:
-            messages.append(current)
-            current, size = Message(), _ENVELOPE
-        current.ops.append(data)
-        size += op_size
+        for data in _sent(op, limit):
+            op_size = _size(data) + 1
+            if current.ops and size + op_size > limit:
+                messages.append(current)
+                current, size = Message(), _ENVELOPE
+            current.ops.append(data)
+            size += op_size
     if current.ops or rev is not None:
         messages.append(current)
     if messages:

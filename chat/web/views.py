@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
@@ -21,7 +22,14 @@ from sessions_app import prompts
 from sessions_app.hygiene import count_lines, line_window
 from sessions_app.models import ChatSession, Mode, ModelRequest, RequestStatus, Theme, Turn
 from sessions_app.selectors.search import SEARCH_LIMIT, session_search
-from sessions_app.selectors.sessions import endpoint_list, result_get, session_get, session_list
+from sessions_app.selectors.sessions import (
+    endpoint_list,
+    result_get,
+    session_get,
+    session_list,
+    unusable_workspace_ids,
+    workspace_refusal,
+)
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_delete, session_rename, session_start
 from sessions_app.services.settings import theme_set
@@ -43,7 +51,12 @@ def _session(request: HttpRequest, session_id: int) -> ChatSession:
 def home_context(request: HttpRequest) -> dict[str, Any]:
     """The session list, searched and filtered as the query string asks, and the Import form."""
     form = SessionSearchForm(request.GET or None, owner=request.user)
-    context: dict[str, Any] = {"form": form, "searched": False, "import_form": ImportForm(user=request.user)}
+    context: dict[str, Any] = {
+        "form": form,
+        "searched": False,
+        "import_form": ImportForm(user=request.user),
+        "read_only_workspaces": unusable_workspace_ids(owner=request.user),
+    }
     if form.filtered:
         data = form.cleaned_data
         sessions = session_list(owner=request.user)
@@ -110,7 +123,9 @@ def session_models(request: HttpRequest, session_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
+    """The chat page; read-only, saying why, where its owner may no longer use its workspace."""
     session = _session(request, session_id)
+    refused = workspace_refusal(session=session)
     revision = session.revision
     running = reply_running(session)
     requests, more, first_index = chart_requests(session)
@@ -123,6 +138,8 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         "modes": Mode.choices,
         "chart": fragments.chart_markup(session, requests, more=more, first_index=first_index),
         "ws_path": f"/ws/sessions/{session.pk}/",
+        "read_only": str(refused) if refused is not None else "",
+        "max_message_bytes": settings.CACHET_MAX_MESSAGE_BYTES,
     }
     return render(request, "chat/session.html", context)
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Exists, OuterRef, Q, QuerySet
+import functools
+from dataclasses import dataclass
+from typing import Any
 
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
+
+from sessions_app.errors import FolderRefused, NotAMember, WorkspaceRefused
+from sessions_app.folders import folder_check
 from sessions_app.models import (
     DEFAULT_ENDPOINT_NAME,
     ChatSession,
@@ -26,8 +33,77 @@ def session_get(*, owner: AbstractBaseUser | AnonymousUser, session_id: int) -> 
     return session_list(owner=owner).filter(pk=session_id).first()
 
 
+def may_use(*, workspace: Any, user: Any) -> Q:
+    """Who may use a workspace, the one rule: everyone where it has no members, else its members only.
+    ``workspace`` and ``user`` are ids or expressions (``OuterRef("owner_id")``)."""
+    members = Workspace.members.through.objects.filter(workspace_id=workspace)
+    return Q(Exists(members.filter(user_id=user))) | ~Q(Exists(members))
+
+
 def workspaces_for(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Workspace]:
-    return Workspace.objects.filter(Q(members=None) | Q(members=user.pk)).distinct()
+    """The workspaces ``user`` may use."""
+    return Workspace.objects.filter(may_use(workspace=OuterRef("pk"), user=user.pk))
+
+
+def unusable_workspace_ids(*, owner: AbstractBaseUser | AnonymousUser) -> set[int]:
+    """The workspaces the owner has sessions on but may no longer use (removed from their members)."""
+    rows = session_list(owner=owner).order_by().exclude(may_use(workspace=OuterRef("workspace_id"), user=owner.pk))
+    return set(rows.values_list("workspace_id", flat=True).distinct())
+
+
+def workspace_refusal(*, session: ChatSession) -> WorkspaceRefused | None:
+    """Why the session is read-only now: its owner may no longer use its workspace, or the workspace's folder
+    is one Cachet may not use (a row made before the folder rules); ``None`` where the owner may act in it."""
+    workspace = session.workspace
+    if not Workspace.objects.filter(may_use(workspace=workspace.pk, user=session.owner_id), pk=workspace.pk).exists():
+        return NotAMember(workspace.name)
+    checked = folder_check(workspace.folder, anywhere=True)
+    return FolderRefused(workspace.name, checked.refusal) if not checked.allowed else None
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What holds for a session's next tool call: its mode, its workspace's permissions, and whether its owner
+    may still use the workspace."""
+
+    mode: str
+    allow_commands: bool
+    allow_network: bool
+    member: bool
+
+
+def session_standing(*, session: ChatSession) -> Standing:
+    """The session's :class:`Standing` now, in one indexed query (read before every tool call of a reply)."""
+    sql, params = _standing_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, session.pk])
+        row = cursor.fetchone()
+    if row is None:
+        raise ChatSession.DoesNotExist(f"No session {session.pk}.")
+    mode, allow_commands, allow_network, member = row
+    return Standing(mode=mode, allow_commands=allow_commands, allow_network=allow_network, member=member)
+
+
+_ANY_SESSION = -1  # stands for the session's id while the query is compiled
+
+
+@functools.cache
+def _standing_sql() -> tuple[str, tuple[Any, ...]]:
+    """The SQL of :func:`session_standing` and its parameters but the session's id (the last one), compiled
+    from the ORM (so from :func:`may_use`) once: compiling its two subqueries took 0.9 ms a call, twice the
+    query's own round trip, on the path between a reply's steps."""
+    member = ExpressionWrapper(
+        may_use(workspace=OuterRef("workspace_id"), user=OuterRef("owner_id")), output_field=BooleanField()
+    )
+    query = (
+        ChatSession.objects.filter(pk=_ANY_SESSION)
+        .order_by()
+        .annotate(member=member)
+        .values_list("mode", "workspace__allow_commands", "workspace__allow_network", "member")
+    )
+    sql, params = query.query.sql_with_params()
+    assert params[-1] == _ANY_SESSION and sql.endswith("%s"), "the session's id is the query's last parameter"
+    return sql, tuple(params[:-1])
 
 
 def endpoint_default() -> ModelEndpoint | None:

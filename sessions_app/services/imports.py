@@ -2,23 +2,28 @@
 with their ids and texts, its requests, recreated for the person importing it in a workspace they may use.
 
 The file is checked whole before anything is written, then written in one transaction: a bad file gets a
-message naming what is wrong and leaves nothing behind.
+message naming what is wrong and leaves nothing behind. Every field is checked for what the code that reads it
+later needs (its type, its range, the keys of its objects), so that an imported session behaves as one made here:
+an edit's ``changed_files`` hold what undo reads to restore files, ``pending_breaks`` what the next request reads.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Collection
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Literal, TypeGuard, TypeVar
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from sessions_app.errors import StoreError
+from sessions_app.hygiene.outcomes import FileChange
 from sessions_app.models import (
     BreakCause,
     ChatSession,
@@ -40,10 +45,19 @@ from sessions_app.models import (
 from sessions_app.selectors.exports import EXPORT_FORMAT, EXPORT_VERSION
 from sessions_app.selectors.sessions import endpoint_default, workspaces_for
 from sessions_app.text import storable, storable_json
+from sessions_app.types import PendingBreak
 
-IMPORT_MAX_BYTES = 64 * 1024 * 1024
 BATCH = 500
 T = TypeVar("T")
+CHANGE_FIELDS = tuple(field.name for field in fields(FileChange))
+_ACTIONS: dict[str, Literal["update", "create", "delete"]] = {
+    "update": "update",
+    "create": "create",
+    "delete": "delete",
+}
+# A pending break names the first turn taken back (undo, rewind, regenerate, branch) or only its cause.
+_TURN_BREAKS = (BreakCause.UNDO, BreakCause.REWIND, BreakCause.REGENERATE, BreakCause.BRANCH)
+_CAUSE_BREAKS = (BreakCause.COMPACTION, BreakCause.MODEL_CHANGE)
 
 
 class ImportRejected(StoreError):
@@ -52,6 +66,10 @@ class ImportRejected(StoreError):
 
 def _fail(where: str, what: str) -> ImportRejected:
     return ImportRejected(f"{where}: {what}" if where else what)
+
+
+def _whole(value: object, minimum: int) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value < 2**31
 
 
 class _Row:
@@ -67,6 +85,12 @@ class _Row:
         if name not in self.value:
             raise _fail(f"{self.where}.{name}".lstrip("."), "missing")
         return self.value[name]
+
+    def only(self, names: Collection[str]) -> None:
+        """Refuse a field the object may not have."""
+        for name in self.value:
+            if name not in names:
+                raise _fail(f"{self.where}.{name}", "not a field of this object")
 
     def text(self, name: str, *, limit: int | None = None, blank: bool = True) -> str:
         value = self._get(name)
@@ -90,7 +114,7 @@ class _Row:
 
     def number(self, name: str, *, minimum: int = 0) -> int:
         value = self._get(name)
-        if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value < 2**31:
+        if not _whole(value, minimum):
             raise _fail(f"{self.where}.{name}", f"a whole number from {minimum} is expected")
         return value
 
@@ -101,8 +125,8 @@ class _Row:
         value = self._get(name)
         if value is None:
             return None
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise _fail(f"{self.where}.{name}", "a number is expected")
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value < math.inf:
+            raise _fail(f"{self.where}.{name}", "a number from 0 is expected")
         return float(value)
 
     def flag(self, name: str) -> bool:
@@ -118,6 +142,28 @@ class _Row:
         value = self.json(name)
         if not isinstance(value, list):
             raise _fail(f"{self.where}.{name}", "a list is expected")
+        return value
+
+    def object_or_none(self, name: str) -> dict[str, Any] | None:
+        value = self.json(name)
+        if value is not None and not isinstance(value, dict):
+            raise _fail(f"{self.where}.{name}", "an object or null is expected")
+        return value
+
+    def objects(self, name: str, read: Callable[[_Row], T]) -> list[T]:
+        """The list ``name``, each of its items an object read by ``read``."""
+        value = self._get(name)
+        if not isinstance(value, list):
+            raise _fail(f"{self.where}.{name}", "a list is expected")
+        return [read(_Row(item, f"{self.where}.{name}[{index}]")) for index, item in enumerate(value)]
+
+    def numbers(self, name: str, *, minimum: int = 0) -> list[int]:
+        value = self._get(name)
+        if not isinstance(value, list):
+            raise _fail(f"{self.where}.{name}", "a list is expected")
+        for index, item in enumerate(value):
+            if not _whole(item, minimum):
+                raise _fail(f"{self.where}.{name}[{index}]", f"a whole number from {minimum} is expected")
         return value
 
     def moment(self, name: str) -> datetime | None:
@@ -164,10 +210,52 @@ def _session(row: _Row) -> tuple[ChatSession, str]:
         next_turn_number=row.number("next_turn_number", minimum=1),
         generation_number=row.number("generation_number", minimum=1),
         revision=row.number("revision"),
-        pending_breaks=row.listing("pending_breaks"),
+        pending_breaks=row.objects("pending_breaks", _pending_break),
         created_at=row.moment("created_at") or timezone.now(),
     )
     return session, row.text("endpoint")
+
+
+def _pending_break(row: _Row) -> PendingBreak:
+    cause = row.choice("cause", [*_TURN_BREAKS, *_CAUSE_BREAKS])
+    if cause in _CAUSE_BREAKS:
+        row.only(("cause",))
+        return {"cause": cause}
+    row.only(("cause", "turn", "generation_changed"))
+    return {"cause": cause, "turn": row.number("turn", minimum=1), "generation_changed": row.flag("generation_changed")}
+
+
+def _tools(row: _Row, name: str) -> str:
+    """The tools a generation lists, as the request sends them: a JSON list of functions, each with its name."""
+    text = row.text(name)
+    try:
+        tools = json.loads(text)
+    except (ValueError, RecursionError):
+        tools = None
+    if not isinstance(tools, list) or not all(
+        isinstance(tool, dict)
+        and isinstance(tool.get("function"), dict)
+        and isinstance(tool["function"].get("name"), str)
+        for tool in tools
+    ):
+        raise _fail(f"{row.where}.{name}", "a JSON list of tools, each a function with a name, is expected")
+    return text
+
+
+def _change(row: _Row) -> dict[str, object]:
+    """One file an edit changed, as undo reads it to restore the file."""
+    row.only(CHANGE_FIELDS)
+    change = FileChange(
+        path=row.text("path"),
+        abs_path=row.text("abs_path", blank=False),
+        action=_ACTIONS[row.choice("action", list(_ACTIONS))],
+        sha256=row.text("sha256", limit=64),
+        diff=row.text("diff"),
+        lines=row.number("lines"),
+        previous_sha256=row.text_or_none("previous_sha256"),
+        previous_text=row.text_or_none("previous_text"),
+    )
+    return asdict(change)
 
 
 def _generation(row: _Row) -> Generation:
@@ -175,7 +263,7 @@ def _generation(row: _Row) -> Generation:
         number=row.number("number", minimum=1),
         system_prompt=row.text("system_prompt"),
         system_prompt_sha256=row.text("system_prompt_sha256", limit=64),
-        tools_json=row.text("tools_json"),
+        tools_json=_tools(row, "tools_json"),
         mode=row.choice("mode", Mode.values),
         model_name=row.text("model_name", limit=_max_length(Generation, "model_name")),
         summary=row.text("summary"),
@@ -240,8 +328,8 @@ def _result(row: _Row) -> tuple[Result, int, int | None]:
         full_text=row.text("full_text"),
         inserted_text=row.text("inserted_text"),
         refers_to=row.number_or_none("refers_to"),
-        stale=row.listing("stale"),
-        changed_files=row.listing("changed_files"),
+        stale=row.numbers("stale", minimum=1),
+        changed_files=row.objects("changed_files", _change),
         path=row.text("path"),
         abs_path=row.text("abs_path"),
         first_line=row.number_or_none("first_line"),
@@ -271,8 +359,8 @@ def _request(row: _Row) -> tuple[ModelRequest, int | None]:
         completion_tokens=row.number_or_none("completion_tokens"),
         time_to_first_token=row.real_or_none("time_to_first_token"),
         total_time=row.real_or_none("total_time"),
-        usage=row.json("usage"),
-        timings=row.json("timings"),
+        usage=row.object_or_none("usage"),
+        timings=row.object_or_none("timings"),
         started_at=row.moment("started_at") or timezone.now(),
         finished_at=row.moment("finished_at"),
     )
@@ -288,6 +376,23 @@ def _unique(numbers: list[int], where: str) -> set[int]:
     return seen
 
 
+def _generations_checked(generations: list[Generation], turns: set[int], current: int) -> None:
+    """As undo and compaction keep them: the first generation covers no turn, one that covers none is never taken
+    back, a compaction covers a turn there is, and the session is in its newest live generation."""
+    first = min(generations, key=lambda generation: generation.number)
+    for index, generation in enumerate(generations):
+        covers = generation.covers_through_turn
+        if generation is first and covers is not None:
+            raise _fail(f"generations[{index}].covers_through_turn", "the first generation covers no turn")
+        if covers is None and generation.taken_back:
+            raise _fail(f"generations[{index}].taken_back", "a generation that covers no turn is never taken back")
+        if covers is not None and covers not in turns:
+            raise _fail(f"generations[{index}].covers_through_turn", f"there is no turn {covers}")
+    newest = max(generation.number for generation in generations if not generation.taken_back)
+    if current != newest:
+        raise _fail("session.generation_number", f"must be the newest live generation, {newest}")
+
+
 def _checked(imported: _Imported) -> _Imported:
     """The links between rows hold: every number referred to exists, numbers are unique, counters run past."""
     generations = _unique([g.number for g in imported.generations], "generations")
@@ -296,6 +401,7 @@ def _checked(imported: _Imported) -> _Imported:
     session = imported.session
     if session.generation_number not in generations:
         raise _fail("session.generation_number", f"there is no generation {session.generation_number}")
+    _generations_checked(imported.generations, turns, session.generation_number)
     for index, (turn, parent, generation) in enumerate(imported.turns):
         if parent is not None and (parent not in turns or parent >= turn.number):
             raise _fail(f"turns[{index}].parent", f"there is no earlier turn {parent}")
@@ -308,9 +414,14 @@ def _checked(imported: _Imported) -> _Imported:
         if (turn_number, step.number) in steps:
             raise _fail(f"steps[{index}]", f"turn {turn_number} has two steps {step.number}")
         steps.add((turn_number, step.number))
-    for index, (_, turn_number, step_number) in enumerate(imported.results):
+    for index, (result, turn_number, step_number) in enumerate(imported.results):
         if turn_number not in turns:
             raise _fail(f"results[{index}].turn", f"there is no turn {turn_number}")
+        if result.refers_to is not None and (result.refers_to not in results or result.refers_to >= result.number):
+            raise _fail(f"results[{index}].refers_to", f"there is no earlier result {result.refers_to}")
+        for at, number in enumerate(result.stale):
+            if number not in results:
+                raise _fail(f"results[{index}].stale[{at}]", f"there is no result {number}")
         if step_number is not None and (turn_number, step_number) not in steps:
             raise _fail(f"results[{index}].step", f"turn {turn_number} has no step {step_number}")
     for index, (_, request_turn) in enumerate(imported.requests):
@@ -364,8 +475,8 @@ def parse_export(raw: bytes) -> _Imported:
 
 
 def read_upload(file: IO[bytes], *, size: int, limit: int | None = None) -> bytes:
-    """The uploaded file's bytes, refused past ``limit`` (:data:`IMPORT_MAX_BYTES`) with the sizes named."""
-    limit = IMPORT_MAX_BYTES if limit is None else limit
+    """The uploaded file's bytes, refused past ``limit`` (``CACHET_IMPORT_MAX_BYTES``) with the sizes named."""
+    limit = settings.CACHET_IMPORT_MAX_BYTES if limit is None else limit
     if size > limit:
         raise ImportRejected(f"The file is {size / 1_048_576:.1f} MB; an import is at most {limit // 1_048_576} MB.")
     raw = file.read(limit + 1)

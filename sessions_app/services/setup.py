@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from sessions_app.folders import folder_check
 from sessions_app.models import DEFAULT_ENDPOINT_NAME, ModelEndpoint, Workspace
 
 
@@ -25,17 +27,37 @@ def parse_workspaces(spec: str) -> list[tuple[str, Path]]:
     return pairs
 
 
+@dataclass(frozen=True)
+class SeedRefused:
+    """A configured workspace left as it was (or not made): its folder is one Cachet may not use."""
+
+    name: str
+    folder: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Seeded:
+    workspaces: list[Workspace] = field(default_factory=list)
+    refused: list[SeedRefused] = field(default_factory=list)
+
+
 @transaction.atomic
-def workspaces_seed(*, spec: str, default_folder: Path) -> list[Workspace]:
-    """Create or update the configured workspaces; with none configured and none stored, one default."""
+def workspaces_seed(*, spec: str, default_folder: Path) -> Seeded:
+    """Create or update the configured workspaces; with none configured and none stored, one default. A
+    folder outside ``CACHET_WORKSPACE_ROOTS`` or refused by the folder rules is not seeded, and said."""
     pairs = parse_workspaces(spec)
     if not pairs and not Workspace.objects.exists():
         pairs = [("scratch", default_folder)]
-    seeded = []
+    seeded = Seeded()
     for name, folder in pairs:
-        folder.mkdir(parents=True, exist_ok=True)
-        workspace, _ = Workspace.objects.update_or_create(name=name, defaults={"folder": str(folder)})
-        seeded.append(workspace)
+        checked = folder_check(folder)
+        if not checked.allowed:
+            seeded.refused.append(SeedRefused(name=name, folder=str(folder), reason=checked.refusal))
+            continue
+        checked.folder.mkdir(parents=True, exist_ok=True)
+        workspace, _ = Workspace.objects.update_or_create(name=name, defaults={"folder": str(checked.folder)})
+        seeded.workspaces.append(workspace)
     return seeded
 
 

@@ -1,13 +1,15 @@
 // The chat page's own behaviour; the rest is htmx and its ws extension.
 //
-// The websocket sends JSON messages (chat/web/messages.py): "ops" put elements in place by their id or
-// remove them, "live" carries the text of the step being streamed with its offset, "rev" is the session
-// revision the page now shows. A tab says hello when its socket opens (what revision it shows, its oldest
-// turn, its last chart bar) and gets back only what it lacks.
+// The websocket sends JSON messages (chat/web/messages.py): "ops" put elements in place by their id, remove
+// them or append text to a form field's value (long words given back to the box), "live" carries the text of
+// the step being streamed with its offset, "rev" is the session revision the page now shows. A tab says hello
+// when its socket opens (what revision it shows, its oldest turn, its last chart bar) and gets back only what it
+// lacks.
 //
 // Enter sends (or, before the session is ready, queues) and Shift+Enter makes a new line; the box empties once a message is sent and takes the focus
 // back when undo returns its words; Edit turns a message into a box in place; the transcript follows new
-// text while you are at its end; the connection state shows in the header.
+// text while you are at its end; the connection state shows in the header. A message larger than the server
+// takes (the page's data-max-bytes) is not sent: it stays in its box and the notice says why, as the server would.
 (function () {
   "use strict";
 
@@ -67,6 +69,13 @@
     if (existing) existing.remove();
   }
 
+  function append(op) {
+    var field = document.getElementById(op.id);
+    if (!field || field.value === undefined) return;
+    field.value += op.text;
+    if (document.activeElement === field) field.setSelectionRange(field.value.length, field.value.length);
+  }
+
   function askLive() {
     var now = Date.now();
     if (now - liveAskedAt < 2000) return;
@@ -116,7 +125,7 @@
 
   function apply(message) {
     (message.ops || []).forEach(function (op) {
-      if (op.op === "put") put(op); else if (op.op === "remove") remove(op);
+      if (op.op === "put") put(op); else if (op.op === "remove") remove(op); else if (op.op === "append") append(op);
     });
     if (message.live) applyLive(message.live);
     var page = chat();
@@ -202,10 +211,33 @@
     event.detail.headers = null;
   });
 
+  function showNotice(text) {
+    var notice = document.getElementById("notice");
+    if (!notice) return;
+    var words = document.createElement("span");
+    words.className = "notice-text";
+    words.textContent = text;
+    notice.className = "notice error";
+    notice.replaceChildren(words);
+  }
+
+  document.addEventListener("htmx:wsBeforeSend", function (event) {
+    var page = chat();
+    var limit = page ? parseInt(page.dataset.maxBytes || "0", 10) : 0;
+    var message = event.detail.message;
+    if (!limit || typeof message !== "string" || message.length * 3 <= limit) return;
+    var size = new TextEncoder().encode(message).length;
+    if (size <= limit) return;
+    event.preventDefault();
+    waitNote("");
+    showNotice("That message is " + size + " bytes; the most Cachet takes is " + limit + " bytes.");
+  });
+
+  var lastSent = "";
   document.addEventListener("htmx:wsAfterSend", function (event) {
     if (event.target && event.target.id === "composer") {
       var text = box();
-      if (text) text.value = "";
+      if (text) { lastSent = text.value; text.value = ""; }
     }
   });
 
@@ -300,6 +332,16 @@
     if (code === 4404) status("gone", "this session is not yours or no longer exists");
     else if (code === 4401) status("gone", "logged out: reload the page");
     else status("closed", "reconnecting…");
+    if (code === 1009) {
+      // A message past what the server reads at all: it closed the socket saying so. The words go back in the
+      // box, and the page connects again (the extension itself only does after a dropped connection).
+      var text = box();
+      if (text && text.value === "") text.value = lastSent;
+      showNotice("That message is larger than Cachet reads (" + (event.detail.event.reason || "message too big") +
+        "); it was not sent.");
+      var wrapper = event.detail.socketWrapper;
+      setTimeout(function () { wrapper.reconnect(); }, 500);
+    }
     if (queued) waitNote("Reconnecting… your message is sent as soon as the page is connected again.");
   });
 

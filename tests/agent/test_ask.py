@@ -13,7 +13,16 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from chat.testing.scripted_server import ScriptedServer, Step
-from sessions_app.models import BreakCause, ChatSession, ModelEndpoint, ModelRequest, Result, Turn, TurnStatus
+from sessions_app.models import (
+    BreakCause,
+    ChatSession,
+    ModelEndpoint,
+    ModelRequest,
+    Result,
+    Turn,
+    TurnStatus,
+    Workspace,
+)
 from sessions_app.services.locks import reply_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -101,6 +110,59 @@ def test_other_users_session_is_refused(user: Any, other_user: Any, chat_session
         call_command(
             "ask", "--user", other_user.username, "--session", str(chat_session.pk), "hi", stdout=io.StringIO()
         )
+
+
+def _refused(*args: str) -> str:
+    """The one-line error ``ask`` stops with."""
+    with pytest.raises(CommandError) as refused:
+        call_command("ask", *args, stdout=io.StringIO(), stderr=io.StringIO())
+    message = str(refused.value)
+    assert "\n" not in message
+    return message
+
+
+def test_ask_refuses_a_session_whose_workspace_its_user_was_removed_from(
+    user: Any, other_user: Any, workspace_dir: Path, scripted: ScriptedServer
+) -> None:
+    scripted.push(Step(text="Hello."))
+    base = ("--user", user.username, "--endpoint", scripted.base_url, "--model", "scripted")
+    _, first = ask(*base, "--workspace", str(workspace_dir), "hi")
+    session = ChatSession.objects.get(pk=first["session"])
+    workspace = session.workspace
+    workspace.members.remove(user)
+    workspace.members.add(other_user)
+    in_session = ("--user", user.username, "--session", str(session.pk))
+    removed = f"You are no longer a member of the workspace “{workspace.name}”: this session is read-only."
+    for action in (("again?",), ("--undo",), ("--regenerate",), ("--compact",), ("--rewind", "1"), ("--mode", "full")):
+        assert _refused(*in_session, *action) == removed
+    assert ChatSession.objects.get(pk=session.pk).mode == "edit"
+    assert list(Turn.objects.values_list("words", "status")) == [("hi", TurnStatus.DONE)]
+    assert len(scripted.requests) == 1
+    assert _refused(*base, "--workspace", str(workspace_dir), "let me back in") == (
+        f"The workspace {workspace.name!r} exists and is not one {user.username} may use here."
+    )
+    assert list(workspace.members.all()) == [other_user], "ask never joins a workspace again"
+
+
+def test_ask_takes_a_folder_outside_the_roots_but_never_a_forbidden_one(
+    user: Any, settings: Any, tmp_path: Path
+) -> None:
+    base = ("--user", user.username, "--endpoint", "http://127.0.0.1:9/v1", "--model", "m")
+    (tmp_path / "to-etc").symlink_to("/etc")
+    code = Path(settings.BASE_DIR)
+    for folder, reason in (
+        ("/", "/ is the root of the file system"),
+        ("/etc", "/etc is a system folder"),
+        (str(code), f"{code} is Cachet's code"),
+        (str(code / "chat"), f"{code}/chat lies inside Cachet's code ({code})"),
+        (str(tmp_path / "to-etc"), "/etc is a system folder"),
+    ):
+        assert _refused(*base, "--workspace", folder, "hi") == f"Cachet may not use {folder} as a workspace: {reason}."
+    Workspace.objects.create(name="old", folder="/etc")  # made before the folder rules
+    assert _refused(*base, "--workspace", "old", "hi") == (
+        "The workspace 'old' is on a folder Cachet may not use: /etc is a system folder."
+    )
+    assert not ChatSession.objects.exists()
 
 
 def test_failed_reply_exits_non_zero_and_keeps_the_message(user: Any, workspace_dir: Path) -> None:

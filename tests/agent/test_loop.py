@@ -17,7 +17,7 @@ from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Timeouts
 from chat.testing.scripted_server import ScriptedServer, Step
 from chat.tools import tool_list
-from sessions_app.errors import ReplyInProgress
+from sessions_app.errors import FolderRefused, NotAMember, ReplyInProgress
 from sessions_app.models import (
     BreakCause,
     ChatSession,
@@ -658,7 +658,7 @@ def test_commands_switched_off_mid_session_answer_the_unavailable_text(
     assert len(tools) == 1 and '"name":"run"' in next(iter(tools)).replace(" ", "")
 
 
-def test_the_mode_is_read_before_a_call_that_may_change_something_and_not_before_a_read(
+def test_the_mode_and_the_membership_are_read_before_every_call_in_one_query(
     scripted: ScriptedServer, scripted_session: ChatSession, workspace_dir: Path
 ) -> None:
     from sessions_app.services.sessions import session_set_mode
@@ -680,4 +680,88 @@ def test_the_mode_is_read_before_a_call_that_may_change_something_and_not_before
     assert [result.tool for result in results] == ["read", "write"]
     assert results[1].inserted_text.startswith("[#0002] write is not available")
     assert not (workspace_dir / "b.txt").exists()
-    assert len(mode_reads) == 1  # before the write; the read asked nothing
+    assert len(mode_reads) == 2  # one before each call, the read's too
+    assert all("sessions_app_workspace_members" in q["sql"] for q in mode_reads), "membership in the same query"
+
+
+def _removed(session: ChatSession, other_user: Any) -> None:
+    """Staff give the session's workspace a member who is not its owner: the owner may no longer use it."""
+    Workspace.objects.get(pk=session.workspace_id).members.add(other_user)
+
+
+REMOVED = "You are no longer a member of the workspace “ws”: this session is read-only."
+
+
+def test_a_person_removed_from_the_workspace_can_take_no_action_in_its_session(
+    scripted: ScriptedServer, scripted_session: ChatSession, other_user: Any, workspace_dir: Path
+) -> None:
+    (workspace_dir / "a.txt").write_text("a\n")
+    scripted.push(Step(text="one"), Step(text="uno"))
+    loop = _loop(scripted_session)
+    run(loop.send("one"))
+    run(loop.edit(1, "uno"))
+    _removed(scripted_session, other_user)
+    asked = len(scripted.requests)
+    actions = {
+        "send": lambda: loop.send("still here?"),
+        "edit": lambda: loop.edit(1, "again"),
+        "regenerate": lambda: loop.regenerate(),
+        "undo": lambda: loop.undo(restore=True),
+        "rewind": lambda: loop.rewind(1),
+        "flip": lambda: loop.flip(1),
+        "compact": lambda: loop.compact(),
+    }
+    for name, action in actions.items():
+        with pytest.raises(NotAMember) as refused:
+            run(action())
+        assert str(refused.value) == REMOVED, name
+    assert len(scripted.requests) == asked, "nothing was asked of the model"
+    turns = list(Turn.objects.filter(session=scripted_session).order_by("number").values_list("number", "status"))
+    assert turns == [(1, TurnStatus.TAKEN_BACK), (2, TurnStatus.DONE)]
+    Workspace.objects.get(pk=scripted_session.workspace_id).members.add(scripted_session.owner)
+    scripted.push(Step(text="back"))
+    assert run(loop.send("back again")).turn.status == TurnStatus.DONE
+
+
+def test_a_removal_during_a_reply_ends_it_before_its_next_tool_call_reads_included(
+    scripted: ScriptedServer, scripted_session: ChatSession, other_user: Any, workspace_dir: Path
+) -> None:
+    (workspace_dir / "a.txt").write_text("a\n")
+    scripted.push(
+        Step(text="Reading.", tool_calls=[("read", {"path": "a.txt"})]),
+        Step(
+            text="Again.",
+            tool_calls=[("read", {"path": "a.txt", "offset": 1}), ("write", {"path": "b.txt", "content": "b\n"})],
+        ),
+        Step(text="never asked"),
+    )
+    events = []
+    for event in _loop(scripted_session).send("read, then write"):
+        events.append(event)
+        if isinstance(event, ResultStored):
+            _removed(scripted_session, other_user)
+    ended = [event.turn for event in events if isinstance(event, TurnEnded)]
+    assert len(ended) == 1 and ended[0].status == TurnStatus.FAILED
+    error = (
+        "You are no longer a member of the workspace “ws”: the reply ended before its next tool call, and this "
+        "session is read-only."
+    )
+    turn = Turn.objects.get(session=scripted_session)
+    assert (turn.status, turn.error) == (TurnStatus.FAILED, error)
+    assert [step.text for step in turn.steps.order_by("number")] == ["Reading.", "Again."], "what came is kept"
+    assert [(r.number, r.tool) for r in Result.objects.filter(session=scripted_session)] == [(1, "read")]
+    assert not (workspace_dir / "b.txt").exists(), "the remaining calls are not run"
+    assert len(scripted.requests) == 2
+
+
+def test_a_workspace_on_a_folder_now_forbidden_is_refused_at_use(
+    scripted: ScriptedServer, scripted_session: ChatSession, settings: Any
+) -> None:
+    Workspace.objects.filter(pk=scripted_session.workspace_id).update(folder=str(settings.BASE_DIR))
+    with pytest.raises(FolderRefused) as refused:
+        run(_loop(scripted_session).send("what is in here?"))
+    assert str(refused.value) == (
+        f"The workspace “ws” is on a folder Cachet may not use ({settings.BASE_DIR} is Cachet's code): this "
+        "session is read-only until staff change the folder in the admin."
+    )
+    assert scripted.requests == [] and not Turn.objects.exists()

@@ -25,12 +25,14 @@ from tests.browser.browser_kit import CHROMIUM, CHROMIUM_ARGS, PASSWORDS, Browse
 @pytest.fixture(scope="session")
 def cachet_url(django_db_setup: None) -> Iterator[str]:
     """Cachet's ASGI application served by Daphne on a free loopback port, for the whole session."""
-    from daphne.server import Server  # installs Twisted's asyncio reactor: import it first
+    from chat.web.daphne_server import CachetServer  # installs Twisted's asyncio reactor: import it first
+
+    # isort: split
     from twisted.internet import reactor
 
     from cachet.asgi import application
 
-    server = Server(
+    server = CachetServer(
         application=application,
         endpoints=["tcp:port=0:interface=127.0.0.1"],
         signal_handlers=False,

@@ -311,6 +311,32 @@ def test_another_user_gets_404_for_the_page_the_websocket_and_the_results(browse
     browser.errors.clear()  # the 404 pages and the refused handshake log errors in the console
 
 
+def test_a_person_removed_from_the_workspace_sees_the_session_read_only(browser: Browser, world: World) -> None:
+    world.model.push(Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]), Step(text="Read."))
+    ada = browser.page("ada")
+    session_id = start_session(ada)
+    send(ada, "Read the notes")
+    expect(ada.locator("#turn-1")).to_have_attribute("data-status", "done")
+    wait_idle(ada)
+    in_thread(lambda: world.workspace.members.add(world.users["bob"]))
+    removed = "You are no longer a member of the workspace “demo”: this session is read-only."
+    send(ada, "Still here?")  # the open tab: refused, the words back in the box
+    expect(ada.locator("#notice")).to_have_text(removed)
+    expect(ada.locator("#composer-text")).to_have_value("Still here?")
+    ada.reload()
+    expect(ada.locator("#read-only")).to_have_text(removed)
+    expect(ada.locator("#ws-status")).to_have_text("live")
+    expect(ada.locator("#composer")).to_have_count(0)
+    expect(ada.locator("#controls")).to_have_count(0)
+    expect(ada.locator("#turn-1 button.edit")).to_be_hidden()
+    expect(ada.locator("#turn-1 button.rewind")).to_be_hidden()
+    expect(ada.locator("#turn-1 .tool summary")).to_contain_text("notes.md")
+    screenshot(ada, "read-only")
+    ada.goto(world.url + "/")
+    expect(ada.locator(f"#session-{session_id} .read-only-mark")).to_have_text("read-only")
+    assert requests_of(session_id) == 2
+
+
 def test_a_working_session_for_the_readme(browser: Browser, world: World) -> None:
     """A conversation with reads, a search and an edit: the screenshot the README shows."""
     world.model.push(

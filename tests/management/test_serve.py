@@ -12,6 +12,7 @@ from django.core.management import call_command
 
 from chat.testing.scripted_server import ScriptedServer
 from sessions_app.models import ModelEndpoint, Workspace
+from tests.sandbox_kit import sandbox_ids
 
 pytestmark = pytest.mark.django_db
 
@@ -23,14 +24,15 @@ def closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def serve(settings: Any, tmp_path: Path, *, url: str, model: str = "") -> list[str]:
-    settings.CACHET_WORKSPACES = ""
+def serve(settings: Any, tmp_path: Path, *, url: str, model: str = "", workspaces: str = "") -> list[str]:
+    settings.CACHET_WORKSPACES = workspaces
     settings.CACHET_DATA = tmp_path
     settings.STATIC_ROOT = tmp_path / "static"
+    settings.CACHET_WORKSPACE_ROOTS = [tmp_path / "workspaces"]
     settings.CACHET_MODEL_URL = url
     settings.CACHET_MODEL = model
     out = io.StringIO()
-    call_command("serve", "--no-serve", stdout=out)
+    call_command("serve", "--no-serve", stdout=out, stderr=out)
     return out.getvalue().splitlines()
 
 
@@ -39,6 +41,19 @@ def test_serve_sets_up_and_prints_how_to_log_in(settings: Any, tmp_path: Path) -
     assert any("Log in at http://127.0.0.1:8000/ as admin with password " in line for line in lines)
     assert Workspace.objects.get().name == "scratch"
     assert (tmp_path / "static" / "cachet" / "cachet.css").exists()
+
+
+def test_serve_says_which_seeded_workspace_it_refused_and_goes_on(settings: Any, tmp_path: Path) -> None:
+    spec = f"team={tmp_path}/workspaces/team,etc=/etc,data={tmp_path}/pg"
+    lines = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1", workspaces=spec)
+    assert "Workspace etc: not seeded, Cachet may not use /etc (/etc is a system folder)." in lines
+    assert (
+        f"Workspace data: not seeded, Cachet may not use {tmp_path}/pg ({tmp_path}/pg lies inside Cachet's data "
+        f"({tmp_path}))."
+    ) in lines
+    assert f"Workspace team: {tmp_path}/workspaces/team" in lines
+    assert any("Log in at http://127.0.0.1:8000/" in line for line in lines), "serve goes on"
+    assert list(Workspace.objects.values_list("name", flat=True)) == ["team"]
 
 
 def test_start_up_says_which_endpoints_answer_and_the_default_follows_the_environment(
@@ -84,3 +99,35 @@ def test_start_up_says_each_endpoints_window_and_where_it_comes_from(settings: A
     assert (
         "Model endpoint quiet: context window 16,384 tokens, as configured (the server does not say its own)" in lines
     )
+
+
+def test_as_root_serve_gives_the_workspaces_it_keeps_to_the_sandbox_user(settings: Any, tmp_path: Path) -> None:
+    ids = sandbox_ids()
+    if ids is None:
+        pytest.skip("only root gives folders to the user commands run as")
+    lines = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1")
+    scratch = tmp_path / "workspaces" / "scratch"
+    assert f"Workspace scratch: gave {scratch} to cachet-sandbox, the user its commands run as." in lines
+    outside = tmp_path / "workspaces" / "team"
+    outside.mkdir(parents=True)
+    (outside / "notes.md").write_text("kept\n")
+    team = Workspace.objects.create(name="team", folder=str(outside), allow_commands=True)
+    again = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1")
+    assert [line for line in again if " gave " in line] == [
+        f"Workspace team: gave {outside} to cachet-sandbox, the user its commands run as."
+    ]
+    assert (outside / "notes.md").stat().st_uid == ids[0] and scratch.stat().st_uid == ids[0]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    team.folder = str(mine)
+    team.save()
+    lines = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1")
+    closed = next(parent for parent in reversed(mine.parents) if not parent.stat().st_mode & 0o001)
+    assert f"Workspace team: commands run as cachet-sandbox, who may not enter {closed}." in lines
+    for parent in mine.parents:
+        parent.chmod(parent.stat().st_mode | 0o001)
+    lines = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1")
+    assert (
+        f"Workspace team: commands run as cachet-sandbox, who does not own {mine}; they change only what that user "
+        f"may (chown -R cachet-sandbox: {mine} to let them change all)."
+    ) in lines

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import html
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -90,16 +92,86 @@ def test_admin_needs_staff(client: Client, user: Any) -> None:
     assert response.status_code == 302
 
 
-def test_workspaces_show_whether_commands_may_use_the_network(staff: Client, tmp_path: Any) -> None:
+def test_workspaces_show_whether_commands_may_use_the_network(staff: Client, tmp_path: Any, settings: Any) -> None:
+    settings.CACHET_WORKSPACE_ROOTS = [tmp_path]
     page = staff.get(reverse("admin:sessions_app_workspace_add"))
     assert 'name="allow_network"' in page.content.decode()
     staff.post(
         reverse("admin:sessions_app_workspace_add"),
-        {"name": "net", "folder": str(tmp_path), "allow_commands": "on", "allow_network": "on"},
+        {"name": "net", "folder": str(tmp_path), "allow_commands": "on", "allow_network": "on", "disk_quota_mb": "0"},
     )
     assert Workspace.objects.get(name="net").allow_network is True
     listing = staff.get(reverse("admin:sessions_app_workspace_changelist"))
     assert "column-allow_network" in listing.content.decode()
+
+
+@pytest.fixture
+def keeper(django_user_model: Any) -> Client:
+    """Staff who may only view and change workspaces: the audit's "change workspace" account."""
+    from django.contrib.auth.models import Permission
+
+    person = django_user_model.objects.create_user(username="keeper", password="keeper-password-1", is_staff=True)
+    person.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_workspace", "change_workspace", "add_workspace"])
+    )
+    client = Client()
+    client.login(username="keeper", password="keeper-password-1")
+    return client
+
+
+def _errors(response: Any) -> list[str]:
+    return [
+        html.unescape(error)
+        for error in re.findall(r'<ul class="errorlist[^"]*"[^>]*><li>(.*?)</li>', response.content.decode())
+    ]
+
+
+def test_the_admin_refuses_workspace_folders_outside_the_roots_and_cachets_own(
+    keeper: Client, settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))  # wherever the tests' own Python lies
+    root = tmp_path / "roots"
+    (root / "team").mkdir(parents=True)
+    (root / "to-etc").symlink_to("/etc")
+    settings.CACHET_WORKSPACE_ROOTS = [root]
+    code, data, venv = Path(settings.BASE_DIR), Path(settings.CACHET_DATA), tmp_path / "venv"
+    refused = {
+        "/": "/ is the root of the file system",
+        "/etc": "/etc is a system folder",
+        "/proc/self/root": "/proc/self/root leads to /: / is the root of the file system",
+        str(code): f"{code} is Cachet's code",
+        str(code / "chat"): f"{code}/chat lies inside Cachet's code ({code})",
+        str(data / "pg"): f"{data}/pg lies inside Cachet's data ({data})",
+        str(venv / "bin"): f"{venv}/bin lies inside Cachet's virtual environment ({venv})",
+        str(tmp_path / "elsewhere"): (
+            f"{tmp_path}/elsewhere is not under the workspace roots ({root}); CACHET_WORKSPACE_ROOTS sets them"
+        ),
+        str(root / "to-etc"): f"{root}/to-etc leads to /etc: /etc is a system folder",
+        "team": "'team' is not an absolute path",
+    }
+    add = reverse("admin:sessions_app_workspace_add")
+    for folder, reason in refused.items():
+        response = keeper.post(add, {"name": "team", "folder": folder, "allow_commands": "on", "disk_quota_mb": "0"})
+        assert response.status_code == 200, folder
+        assert _errors(response) == [f"Cachet may not use this folder: {reason}."], folder
+    assert not Workspace.objects.exists()
+    made = keeper.post(add, {"name": "team", "folder": f"{root}/team/../team", "disk_quota_mb": "0"})
+    assert made.status_code == 302
+    workspace = Workspace.objects.get(name="team")
+    assert workspace.folder == str(root / "team"), "stored resolved"
+    change = reverse("admin:sessions_app_workspace_change", args=[workspace.pk])
+    moved = keeper.post(change, {"name": "team", "folder": "/", "allow_network": "on", "disk_quota_mb": "0"})
+    assert _errors(moved) == ["Cachet may not use this folder: / is the root of the file system."]
+    assert Workspace.objects.get(pk=workspace.pk).folder == str(root / "team")
+    assert Workspace.objects.get(pk=workspace.pk).allow_network is False
+
+
+def test_the_admin_takes_the_default_root_inside_the_data_folder(staff: Client, settings: Any) -> None:
+    settings.CACHET_WORKSPACE_ROOTS = [Path(settings.CACHET_DATA) / "workspaces"]
+    folder = Path(settings.CACHET_DATA).resolve() / "workspaces" / "team"
+    add = reverse("admin:sessions_app_workspace_add")
+    assert staff.post(add, {"name": "team", "folder": str(folder), "disk_quota_mb": "0"}).status_code == 302
+    assert Workspace.objects.get(name="team").folder == str(folder)
 
 
 @pytest.fixture

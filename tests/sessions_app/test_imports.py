@@ -6,17 +6,20 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import DataError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chat.agent.loop import ReplyLoop
 from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import ChatSession, ModelRequest, Result, Turn, Workspace
 from sessions_app.selectors.exports import export_chunks, session_export
 from sessions_app.selectors.requests import build_request
-from sessions_app.services.imports import ImportRejected, read_upload, session_import
+from sessions_app.services.imports import ImportRejected, parse_export, read_upload, session_import
 from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db
@@ -169,3 +172,173 @@ def test_only_a_workspace_the_person_may_use_and_only_so_big(
     with pytest.raises(ImportRejected, match="larger than 0 MB"):
         read_upload(Upload(), size=10, limit=100)  # type: ignore[arg-type]
     assert read_upload(Upload(), size=len(raw), limit=len(raw)) == raw  # type: ignore[arg-type]
+
+
+EDITED = "".join(f"line {n}\n" for n in range(1, 31)).replace("line 1\n", "LINE 1\n", 1)
+
+
+def edited(session: ChatSession, model: ScriptedServer) -> ChatSession:
+    """A session whose live turn read and then edited ``notes.md``, with a later turn undone: its export holds
+    an edit's ``changed_files`` and ``stale``, tool calls, and a pending break."""
+    model.push(
+        Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]),
+        Step(
+            text="Fixing.",
+            tool_calls=[("edit", {"path": "notes.md", "old_string": "line 1\n", "new_string": "LINE 1\n"})],
+        ),
+        Step(text="Fixed."),
+        Step(text="Nothing else."),
+    )
+    loop = ReplyLoop(session)
+    run(loop.send("Capitalise the first line", date="2026-11-30"))
+    run(loop.send("Anything else?", date="2026-11-30"))
+    run(loop.undo())
+    session.refresh_from_db()
+    return session
+
+
+def undo_restoring(session: ChatSession, notes: Path) -> tuple[str, ...]:
+    """Undo the imported session's live turn with its files restored, from the content its edit left."""
+    notes.write_text(EDITED)
+    return run(ReplyLoop(session).undo(restore=True)).taken_back.conflicts
+
+
+def test_an_imported_edit_is_undone_with_its_file_restored(
+    live_session: ChatSession, model: ScriptedServer, other_user: Any, notes: Path
+) -> None:
+    data = exported(edited(live_session, model))
+    edit = next(result for result in data["results"] if result["kind"] == "edit")
+    assert edit["stale"] == [1] and [change["action"] for change in edit["changed_files"]] == ["update"]
+    assert [item["cause"] for item in data["session"]["pending_breaks"]] == ["undo"]
+    imported = session_import(owner=other_user, workspace=live_session.workspace, raw=json.dumps(data).encode())
+    assert undo_restoring(imported, notes) == ()
+    assert notes.read_text() == EDITED.replace("LINE 1\n", "line 1\n")
+
+
+def test_fields_read_later_are_refused_when_they_are_not_what_is_read(
+    live_session: ChatSession, model: ScriptedServer, other_user: Any
+) -> None:
+    data = exported(edited(live_session, model))
+    at = next(index for index, result in enumerate(data["results"]) if result["kind"] == "edit")
+    change = f"results\\[{at}\\]\\.changed_files\\[0\\]"
+
+    def refused(path: tuple[str | int, ...], value: object, message: str, *, drop: bool = False) -> None:
+        bad(json.dumps(mutated(data, path, value, drop=drop)), other_user, live_session.workspace, message)
+
+    edit: tuple[str | int, ...] = ("results", at)
+    refused((*edit, "changed_files"), [1, "a.txt"], f"{change}: an object is expected")
+    refused((*edit, "changed_files"), {"abs_path": "/x"}, rf"results\[{at}\]\.changed_files: a list is expected")
+    refused((*edit, "changed_files", 0, "abs_path"), ["/x"], f"{change}\\.abs_path: a string is expected")
+    refused((*edit, "changed_files", 0, "sha256"), 7, f"{change}\\.sha256: a string is expected")
+    refused((*edit, "changed_files", 0, "previous_text"), 5, f"{change}\\.previous_text: a string is expected")
+    refused((*edit, "changed_files", 0, "lines"), "30", f"{change}\\.lines: a whole number from 0 is expected")
+    refused((*edit, "changed_files", 0, "action"), "rename", f"{change}\\.action: 'rename' is none of")
+    refused((*edit, "changed_files", 0, "previous_text"), None, f"{change}\\.previous_text: missing", drop=True)
+    refused((*edit, "changed_files", 0, "mode"), 420, f"{change}\\.mode: not a field of this object")
+    refused((*edit, "stale"), ["#0001"], rf"results\[{at}\]\.stale\[0\]: a whole number from 1 is expected")
+    refused(("session", "pending_breaks"), ["undo"], r"session\.pending_breaks\[0\]: an object is expected")
+    refused(("session", "pending_breaks", 0, "turn"), "2", r"session\.pending_breaks\[0\]\.turn: a whole number")
+    refused(("session", "pending_breaks", 0, "cause"), "new_turn", r"session\.pending_breaks\[0\]\.cause: 'new_turn'")
+    refused(("generations", 0, "tools_json"), "[1]", r"generations\[0\]\.tools_json: a JSON list of tools")
+    refused(("requests", 0, "usage"), [1], r"requests\[0\]\.usage: an object or null is expected")
+    refused(("requests", 0, "total_time"), float("nan"), r"requests\[0\]\.total_time: a number from 0 is expected")
+    refused(("requests", 0, "time_to_first_token"), -1, r"requests\[0\]\.time_to_first_token: a number from 0")
+    refused((*edit, "stale"), [9], rf"results\[{at}\]\.stale\[0\]: there is no result 9")
+    refused((*edit, "refers_to"), at + 1, rf"results\[{at}\]\.refers_to: there is no earlier result {at + 1}")
+
+
+def mutated(data: dict[str, Any], path: tuple[str | int, ...], value: object, *, drop: bool = False) -> dict[str, Any]:
+    copy: dict[str, Any] = json.loads(json.dumps(data))
+    target: Any = copy
+    for key in path[:-1]:
+        target = target[key]
+    if drop:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return copy
+
+
+FREE = ("arguments", "usage", "timings")  # any JSON (an object or null for the last two): not read key by key
+
+
+def leaves(value: object, path: tuple[str | int, ...] = ()) -> list[tuple[tuple[str | int, ...], object]]:
+    """Every field of the export with its value, objects and lists included, outermost first."""
+    found: list[tuple[tuple[str | int, ...], object]] = [(path, value)] if path else []
+    if path and path[-1] in FREE:
+        return found
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += leaves(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += leaves(item, (*path, index))
+    return found
+
+
+def place(path: tuple[str | int, ...]) -> str:
+    return "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in path).lstrip(".")
+
+
+WRONG: list[object] = [None, True, 7, -1, 1.5, "x", "", [], [7], ["x"], [None], [{}], {}, {"x": 1}]
+PLACE = re.compile(r"^(session|last_request|generations|turns|steps|results|requests)(\[\d+\])?(\.\w+(\[\d+\])?)*: ")
+
+
+def test_every_field_of_the_wrong_type_is_refused_at_its_place_or_undo_with_restore_still_works(
+    live_session: ChatSession, model: ScriptedServer, other_user: Any, notes: Path
+) -> None:
+    """One field at a time, each field of a real export (every row, every key of an edit's changed files, each
+    pending break) becomes a value of another type: refused naming where, or imported and undone with its
+    files restored without an error."""
+    data = exported(edited(live_session, model))
+    accepted = refused = 0
+    for path, value in leaves(data):
+        if path[0] in ("format", "version"):
+            continue
+        for wrong in WRONG:
+            if type(wrong) is type(value) and not isinstance(value, list):
+                continue
+            raw = json.dumps(mutated(data, path, wrong)).encode()
+            try:
+                parse_export(raw)
+            except ImportRejected as error:
+                refused += 1
+                assert PLACE.match(str(error)), (place(path), wrong, str(error))
+                if not isinstance(wrong, list | dict) and not isinstance(value, list | dict):
+                    assert place(path).startswith(str(error).split(": ")[0]), (place(path), wrong, str(error))
+                continue
+            accepted += 1
+            imported = session_import(owner=other_user, workspace=live_session.workspace, raw=raw)
+            live = Turn.objects.filter(session=imported, status="done").exists()
+            if live:
+                undo_restoring(imported, notes)
+    assert refused > 1000 and accepted > 20, (refused, accepted)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def test_any_json_in_any_field_is_refused_at_its_place_or_imported_and_undone(
+    live_session: ChatSession, model: ScriptedServer, other_user: Any, notes: Path
+) -> None:
+    data = exported(edited(live_session, model))
+    paths = [path for path, _ in leaves(data) if path[0] not in ("format", "version")]
+
+    @settings(max_examples=150, deadline=None)
+    @given(path=st.sampled_from(paths), value=JSON)
+    def check(path: tuple[str | int, ...], value: object) -> None:
+        raw = json.dumps(mutated(data, path, value)).encode()
+        try:
+            parse_export(raw)
+        except ImportRejected as error:
+            assert PLACE.match(str(error)), (place(path), value, str(error))
+            return
+        imported = session_import(owner=other_user, workspace=live_session.workspace, raw=raw)
+        if Turn.objects.filter(session=imported, status="done").exists():
+            undo_restoring(imported, notes)
+
+    check()

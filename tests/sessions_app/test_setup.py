@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -18,7 +19,8 @@ def test_parse_workspaces(tmp_path: Path) -> None:
 
 
 @pytest.mark.django_db
-def test_seeding_is_idempotent(tmp_path: Path) -> None:
+def test_seeding_is_idempotent(tmp_path: Path, settings: Any) -> None:
+    settings.CACHET_WORKSPACE_ROOTS = [tmp_path]
     workspaces_seed(spec=f"team={tmp_path}/team", default_folder=tmp_path / "scratch")
     workspaces_seed(spec=f"team={tmp_path}/team", default_folder=tmp_path / "scratch")
     assert list(Workspace.objects.values_list("name", flat=True)) == ["team"]
@@ -26,6 +28,35 @@ def test_seeding_is_idempotent(tmp_path: Path) -> None:
     first = endpoint_seed(base_url="http://127.0.0.1:8080/v1/", model="")
     again = endpoint_seed(base_url="http://127.0.0.1:8080/v1", model="qwen")
     assert first.pk == again.pk and ModelEndpoint.objects.get().model == "qwen"
+
+
+@pytest.mark.django_db
+def test_seeding_refuses_folders_outside_the_roots_or_forbidden_and_seeds_the_others(
+    tmp_path: Path, settings: Any
+) -> None:
+    root = tmp_path / "workspaces"
+    settings.CACHET_WORKSPACE_ROOTS = [root]
+    before = Workspace.objects.create(name="old", folder=str(root / "old"))
+    spec = f"team={root}/team, etc=/etc, old=/, code={settings.BASE_DIR}, away={tmp_path}/away, docs={root}/docs"
+    seeded = workspaces_seed(spec=spec, default_folder=root / "scratch")
+    assert [workspace.name for workspace in seeded.workspaces] == ["team", "docs"]
+    assert [(refused.name, refused.folder, refused.reason) for refused in seeded.refused] == [
+        ("etc", "/etc", "/etc is a system folder"),
+        ("old", "/", "/ is the root of the file system"),
+        ("code", str(settings.BASE_DIR), f"{settings.BASE_DIR} is Cachet's code"),
+        (
+            "away",
+            f"{tmp_path}/away",
+            f"{tmp_path}/away is not under the workspace roots ({root}); CACHET_WORKSPACE_ROOTS sets them",
+        ),
+    ]
+    assert sorted(Workspace.objects.values_list("name", "folder")) == [
+        ("docs", f"{root}/docs"),
+        ("old", f"{root}/old"),  # a refused seed leaves the stored row as it was
+        ("team", f"{root}/team"),
+    ]
+    assert Workspace.objects.get(name="old").pk == before.pk
+    assert (root / "team").is_dir() and not (tmp_path / "away").exists(), "no folder is made for a refused seed"
 
 
 @pytest.mark.django_db

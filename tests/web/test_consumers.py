@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from html import unescape
 from typing import Any
 
 import pytest
@@ -64,6 +65,7 @@ class Got:
     raw: list[str] = field(default_factory=list)
     puts: dict[str, str] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
+    values: dict[str, str] = field(default_factory=dict)
     text: dict[tuple[int, int], str] = field(default_factory=dict)
     live_messages: int = 0
     gaps: int = 0
@@ -75,6 +77,9 @@ class Got:
         for op in message.get("ops", []):
             if op["op"] == "put":
                 self.puts[op["id"]] = op["html"]
+                self.values[op["id"]] = ""
+            elif op["op"] == "append":
+                self.values[op["id"]] += op["text"]
             else:
                 self.removed.append(op["id"])
         live = message.get("live")
@@ -484,6 +489,40 @@ async def test_mode_size_and_malformed_messages(
     await watcher.disconnect()
 
 
+def composer_words(got: Got) -> str:
+    """The words the message box holds, as the page puts them together: its text, then what was appended."""
+    html = got.puts["composer-text"]
+    return unescape(html[html.index(">") + 1 : html.rindex("</textarea>")]) + got.values["composer-text"]
+
+
+async def test_a_message_over_the_limit_gets_the_notice_and_its_words_back_in_the_box(
+    live_session: ChatSession, ada_cookie: str, model: ScriptedServer
+) -> None:
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    words = '<b>Long & "quoted"</b>\n' * 12_000  # 300 KB of text, more as JSON and far more as HTML
+    frame = json.dumps({"type": "send", "text": words})
+    assert len(frame.encode()) > 300_000
+    await communicator.send_to(text_data=frame)
+    await until(communicator, got, lambda m: "the most Cachet takes is 200000 bytes" in json.dumps(m))
+    assert f"That message is {len(frame.encode())} bytes" in got.puts["notice"]
+    assert composer_words(got) == words, "every character back in the box, in messages no larger than the limit"
+    await communicator.send_to(
+        text_data=json.dumps({"type": "edit", "turn": 1, "text": "é" * 150_000}, ensure_ascii=False)
+    )
+    await until(communicator, got, lambda m: "That message is 300" in json.dumps(m))
+    assert composer_words(got) == "é" * 150_000
+    for frame in ("x" * 300_000, "[" * 300_000, json.dumps({"type": "undo", "pad": "x" * 300_000})):
+        got.puts.pop("composer-text", None)
+        await communicator.send_to(text_data=frame)
+        await until(communicator, got, lambda m: "the most Cachet takes is" in json.dumps(m))
+        assert "composer-text" not in got.puts, "only a send's or an edit's words go back in the box"
+    await communicator.send_to(text_data="[" * 150_000)
+    await until(communicator, got, lambda m: "not JSON" in json.dumps(m))
+    assert model.requests == []
+    assert await database_sync_to_async(Turn.objects.count)() == 0
+    await communicator.disconnect()
+
+
 async def test_relayed_messages_go_straight_to_the_socket_and_the_tabs_own_go_through_the_store_check(
     live_session: ChatSession, ada_cookie: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -625,4 +664,89 @@ async def test_the_model_is_not_changed_while_a_reply_runs_nor_by_a_wrong_messag
         "scripted",
         1,
     )
+    await communicator.disconnect()
+
+
+def _remove_from_workspace(session: ChatSession, member: Any) -> None:
+    """Staff make ``member`` the workspace's one member: the session's owner may no longer use it."""
+    session.workspace.members.add(member)
+
+
+REMOVED = "You are no longer a member of the workspace “ws”: this session is read-only."
+
+
+def notice_says(text: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda message: any(op.get("id") == "notice" and text in op["html"] for op in message.get("ops", []))
+
+
+async def test_a_removed_member_may_do_nothing_in_the_session_but_read_and_stop(
+    live_session: ChatSession, ada_cookie: str, other_user: Any, model: ScriptedServer
+) -> None:
+    model.push(Step(text="One."), Step(text=LONG, chunk_size=3, delay=0.02))
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    await communicator.send_json_to({"type": "send", "text": "First"})
+    await until(communicator, got, idle)
+    await communicator.send_json_to({"type": "send", "text": "Long one"})
+    await until(communicator, got, lambda m: "live" in m)
+    await database_sync_to_async(_remove_from_workspace)(live_session, other_user)
+    await communicator.send_json_to({"type": "stop"})  # stopping is always allowed
+    await until(communicator, got, idle)
+    await communicator.send_json_to({"type": "send", "text": "Still here?"})
+    await until(communicator, got, notice_says(REMOVED))
+    assert ">Still here?</textarea>" in got.puts["composer-text"], "the words go back into the box"
+    await communicator.send_json_to({"type": "edit", "turn": 1, "text": "Edited words"})
+    await until(communicator, got, notice_says(REMOVED))
+    assert ">Edited words</textarea>" in got.puts["composer-text"]
+    endpoint = live_session.endpoint_id
+    for message in (
+        {"type": "undo", "restore": "1"},
+        {"type": "regenerate"},
+        {"type": "rewind", "turn": 1},
+        {"type": "flip", "turn": 1},
+        {"type": "compact"},
+        {"type": "mode", "mode": "full"},
+        {"type": "model", "endpoint": f"{endpoint}:bigger", "model": ""},
+    ):
+        got.puts.pop("notice", None)
+        await communicator.send_json_to(message)
+        await until(communicator, got, notice_says(REMOVED))
+    assert await communicator.receive_nothing(timeout=0.3), "no job started"
+    turns = await database_sync_to_async(lambda: list(Turn.objects.values_list("words", "status")))()
+    assert turns == [("First", TurnStatus.DONE), ("Long one", TurnStatus.INTERRUPTED)]
+    session = await database_sync_to_async(ChatSession.objects.get)(pk=live_session.pk)
+    assert (session.mode, session.model_name, session.generation_number) == ("edit", "scripted", 1)
+    assert len(model.requests) == 2
+    await communicator.send_json_to({"type": "hello", "rev": 0, "first": 0, "bar": 0})
+    await until(communicator, got, controls)
+    assert "Long one" in got.html(), "the person's own turns still show"
+    await communicator.disconnect()
+
+
+async def test_a_removal_during_a_reply_fails_its_turn_in_every_tab(
+    live_session: ChatSession, ada_cookie: str, other_user: Any, model: ScriptedServer
+) -> None:
+    model.push(
+        Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]),
+        Step(
+            text="Reading it once more, slowly.", tool_calls=[("read", {"path": "notes.md"})], chunk_size=2, delay=0.03
+        ),
+        Step(text="never asked"),
+    )
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    watcher, theirs = await connected(live_session.pk, ada_cookie)
+    await communicator.send_json_to({"type": "send", "text": "Read notes"})
+    await until(
+        communicator, got, lambda m: any(key.startswith("call-") and "#0001" in html for key, html in got.puts.items())
+    )
+    await database_sync_to_async(_remove_from_workspace)(live_session, other_user)
+    await until(communicator, got, idle)
+    await until(watcher, theirs, idle)
+    error = "the reply ended before its next tool call, and this session is read-only."
+    for tab in (got, theirs):
+        assert 'data-status="failed"' in tab.puts["turn-1"] and error in tab.puts["turn-1"]
+    turn = await database_sync_to_async(Turn.objects.get)(session=live_session)
+    assert turn.status == TurnStatus.FAILED and turn.reply_text.startswith("Reading.")
+    results = await database_sync_to_async(lambda: list(live_session.results.values_list("number", flat=True)))()
+    assert results == [1] and len(model.requests) == 2
+    await watcher.disconnect()
     await communicator.disconnect()

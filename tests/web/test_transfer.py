@@ -13,7 +13,6 @@ from chat.agent.loop import ReplyLoop
 from chat.testing.scripted_server import ScriptedServer, Step
 from chat.web.transfer import export_filename
 from sessions_app.models import ChatSession, Workspace
-from sessions_app.services import imports
 from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db
@@ -133,7 +132,7 @@ def test_import_brings_an_export_back_for_the_person_importing_it(
 
 
 def test_a_bad_or_too_big_file_is_refused_on_the_session_list(
-    ada: Client, live_session: ChatSession, model: ScriptedServer, other_user: Any, monkeypatch: pytest.MonkeyPatch
+    ada: Client, live_session: ChatSession, model: ScriptedServer, other_user: Any, settings: Any
 ) -> None:
     session = chatted(live_session, model)
     response = upload(ada, b'{"format": "cachet-session", "version": 1}', session.workspace)
@@ -142,7 +141,7 @@ def test_a_bad_or_too_big_file_is_refused_on_the_session_list(
     assert '<details class="import" id="import" open>' in html
     assert 'id="import-error">session: missing</p>' in html
     assert ChatSession.objects.count() == 1
-    monkeypatch.setattr(imports, "IMPORT_MAX_BYTES", 1_048_576)
+    settings.CACHET_IMPORT_MAX_BYTES = 1_048_576
     response = upload(ada, b" " * (1_048_576 + 10), session.workspace)
     assert "The file is 1.0 MB; an import is at most 1 MB." in response.content.decode()
     assert ChatSession.objects.count() == 1

@@ -221,6 +221,46 @@ def test_an_open_turn_nobody_replies_to_is_shown_interrupted(ada: Client, live_s
     assert Turn.objects.get().status == TurnStatus.OPEN, "a page changes nothing; the next reply marks it"
 
 
+def test_a_session_whose_workspace_its_owner_was_removed_from_reads_but_is_read_only(
+    ada: Client, other_user: Any, live_session: ChatSession, model: ScriptedServer
+) -> None:
+    chatted(live_session, model)
+    before = ada.get(f"/sessions/{live_session.pk}/").content.decode()
+    assert 'id="composer"' in before and "read-only" not in before
+    live_session.workspace.members.add(other_user)
+    response = ada.get(f"/sessions/{live_session.pk}/")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert (
+        '<p class="read-only-banner" id="read-only" role="alert">You are no longer a member of the workspace “ws”: '
+        "this session is read-only.</p>"
+    ) in html
+    assert '<div class="chat read-only" id="chat"' in html
+    for control in ('id="composer"', 'id="controls"', 'id="mode-select"', 'id="model-control"', 'id="toolbar"'):
+        assert control not in html, control
+    assert "How long are the notes?" in html and "<strong>30</strong>" in html, "the person's own turns show"
+    assert re.search(r'<code class="rid">#0001</code> <span class="tool-name">read</span>', html)
+    for path in ("/results/1/", "/chart", "/turns/1/", "/turns/1/source", "/export.md", "/export.json"):
+        assert ada.get(f"/sessions/{live_session.pk}{path}").status_code == 200, path
+    listing = ada.get("/").content.decode()
+    assert (
+        '<span class="read-only-mark" title="You are no longer a member of this workspace">read-only</span>' in listing
+    )
+    live_session.workspace.members.add(live_session.owner)
+    assert "read-only" not in ada.get("/").content.decode()
+    assert 'id="composer"' in ada.get(f"/sessions/{live_session.pk}/").content.decode()
+
+
+def test_a_session_on_a_folder_now_forbidden_is_read_only(ada: Client, live_session: ChatSession) -> None:
+    Workspace.objects.filter(pk=live_session.workspace_id).update(folder="/etc")
+    html = ada.get(f"/sessions/{live_session.pk}/").content.decode()
+    assert (
+        "The workspace “ws” is on a folder Cachet may not use (/etc is a system folder): this session is read-only "
+        "until staff change the folder in the admin."
+    ) in html
+    assert 'id="composer"' not in html
+
+
 def test_another_user_gets_404_everywhere(bob: Client, live_session: ChatSession, model: ScriptedServer) -> None:
     chatted(live_session, model)
     base = f"/sessions/{live_session.pk}"

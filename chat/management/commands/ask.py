@@ -26,6 +26,7 @@ from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import ModelError, list_models
 from chat.tools import tool_list
 from sessions_app.errors import StoreError
+from sessions_app.folders import folder_check
 from sessions_app.models import (
     ChatSession,
     Mode,
@@ -35,7 +36,13 @@ from sessions_app.models import (
     TurnStatus,
     Workspace,
 )
-from sessions_app.selectors.sessions import endpoint_default, last_live_turn, session_get, workspaces_for
+from sessions_app.selectors.sessions import (
+    endpoint_default,
+    last_live_turn,
+    session_get,
+    workspace_refusal,
+    workspaces_for,
+)
 from sessions_app.services.sessions import session_model_switch, session_set_mode, session_start
 from sessions_app.text import storable
 
@@ -67,25 +74,37 @@ def _model(endpoint: ModelEndpoint) -> str:
     return models[0] if models else FALLBACK_MODEL
 
 
+def _usable(workspace: Workspace) -> Workspace:
+    """``workspace`` where its folder is one Cachet may use (any but the forbidden ones), else a one-line error."""
+    checked = folder_check(workspace.folder, anywhere=True)
+    if not checked.allowed:
+        raise CommandError(f"The workspace {workspace.name!r} is on a folder Cachet may not use: {checked.refusal}.")
+    return workspace
+
+
 def _workspace(spec: str | None, user: Any) -> Workspace:
     available = workspaces_for(user=user)
     if spec is None:
         found = available.order_by("id").first()
         if found is None:
             raise CommandError("No workspace is available; pass --workspace NAME_OR_FOLDER.")
-        return found
+        return _usable(found)
     by_name = available.filter(name=spec).first()
     if by_name is not None:
-        return by_name
+        return _usable(by_name)
     folder = Path(spec).expanduser()
     if not folder.is_dir():
         raise CommandError(f"{spec!r} is neither a workspace name nor a folder.")
-    folder = folder.resolve()
+    checked = folder_check(folder.resolve(), anywhere=True)  # outside the roots too, never a forbidden folder
+    if not checked.allowed:
+        raise CommandError(f"Cachet may not use {spec} as a workspace: {checked.refusal}.")
+    folder = checked.folder
     for workspace in available.filter(folder=str(folder)):
         return workspace
-    workspace, _ = Workspace.objects.get_or_create(
-        name=f"{user.get_username()}:{folder}"[:100], defaults={"folder": str(folder)}
-    )
+    name = f"{user.get_username()}:{folder}"[:100]
+    workspace, created = Workspace.objects.get_or_create(name=name, defaults={"folder": str(folder)})
+    if not created:  # on another folder now, or the person was removed from it: never joined again from here
+        raise CommandError(f"The workspace {name!r} exists and is not one {user.get_username()} may use here.")
     workspace.members.add(user)
     return workspace
 
@@ -117,6 +136,9 @@ class Command(BaseCommand):
             session = session_get(owner=user, session_id=options["session"])
             if session is None:
                 raise CommandError(f"{user.get_username()} has no session {options['session']}.")
+            refused = workspace_refusal(session=session)
+            if refused is not None:
+                raise CommandError(str(refused))
             if options["mode"] and options["mode"] != session.mode:
                 session = session_set_mode(session=session, mode=options["mode"])
             if options["endpoint"] or options["model"]:

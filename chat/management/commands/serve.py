@@ -12,7 +12,9 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from chat.agent.budget import Window, endpoint_window
 from chat.agent.endpoints import EndpointModels, endpoints_models
-from sessions_app.models import DEFAULT_ENDPOINT_NAME
+from chat.agent.workspace import commands_folder_line
+from sessions_app.folders import workspace_roots
+from sessions_app.models import DEFAULT_ENDPOINT_NAME, Workspace
 from sessions_app.selectors.sessions import endpoint_list
 from sessions_app.services.locks import orphans_interrupt
 from sessions_app.services.setup import admin_seed, endpoint_seed, workspaces_seed
@@ -58,17 +60,24 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
-        workspaces = workspaces_seed(
-            spec=settings.CACHET_WORKSPACES, default_folder=settings.CACHET_DATA / "workspaces" / "scratch"
-        )
+        roots = workspace_roots() or [settings.CACHET_DATA / "workspaces"]
+        seeded = workspaces_seed(spec=settings.CACHET_WORKSPACES, default_folder=roots[0] / "scratch")
+        for refused in seeded.refused:  # the others are seeded and Cachet serves: one bad folder stops nothing else
+            self.stderr.write(
+                f"Workspace {refused.name}: not seeded, Cachet may not use {refused.folder} ({refused.reason})."
+            )
         endpoint = endpoint_seed(base_url=settings.CACHET_MODEL_URL, model=settings.CACHET_MODEL)
         password = admin_seed()
         interrupted = orphans_interrupt()
         if interrupted:
             self.stdout.write(f"Marked interrupted the open replies of {interrupted} session(s) of a stopped server.")
         url = f"http://{options['host']}:{options['port']}/"
-        for workspace in workspaces:
+        for workspace in seeded.workspaces:
             self.stdout.write(f"Workspace {workspace.name}: {workspace.folder}")
+        for workspace in Workspace.objects.order_by("name"):  # as root: who its commands run as, and whether they can
+            line = commands_folder_line(workspace)
+            if line is not None:
+                self.stdout.write(line)
         self.stdout.write(
             f"Model endpoint {endpoint.name}: {endpoint.base_url} {endpoint.model or '(from /v1/models)'}"
         )
@@ -85,6 +94,6 @@ class Command(BaseCommand):
         if options["no_serve"]:
             return
         self.stdout.write(f"Cachet is serving on {url}")
-        from daphne.cli import CommandLineInterface
+        from chat.web.daphne_server import serve  # installs Twisted's reactor: only now
 
-        CommandLineInterface().run(["-b", options["host"], "-p", str(options["port"]), "cachet.asgi:application"])
+        serve(host=options["host"], port=options["port"])

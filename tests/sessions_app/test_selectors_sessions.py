@@ -1,0 +1,75 @@
+"""Who may use a workspace, the one rule every read of it follows: the session list, the page, the socket and the
+reply loop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from sessions_app.errors import FolderRefused, NotAMember
+from sessions_app.models import ChatSession, ModelEndpoint, Workspace
+from sessions_app.selectors.sessions import (
+    Standing,
+    session_standing,
+    unusable_workspace_ids,
+    workspace_refusal,
+    workspaces_for,
+)
+from sessions_app.services.sessions import session_start
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_workspace_without_members_is_everyones_and_one_with_members_only_theirs(
+    user: Any, other_user: Any, workspace: Workspace
+) -> None:
+    team = Workspace.objects.create(name="team", folder=str(workspace.folder))
+    team.members.add(user, other_user)
+    private = Workspace.objects.create(name="private", folder=str(workspace.folder))
+    private.members.add(other_user)
+    assert list(workspaces_for(user=user)) == [team, workspace]
+    assert list(workspaces_for(user=other_user)) == [private, team, workspace]
+
+
+def test_a_removed_owner_is_refused_and_the_list_marks_the_workspace(
+    user: Any, other_user: Any, chat_session: ChatSession, endpoint: ModelEndpoint
+) -> None:
+    workspace = chat_session.workspace
+    assert workspace_refusal(session=chat_session) is None
+    assert unusable_workspace_ids(owner=user) == set()
+    assert session_standing(session=chat_session) == Standing("edit", True, False, True)
+    workspace.members.add(other_user)
+    refused = workspace_refusal(session=chat_session)
+    assert isinstance(refused, NotAMember)
+    assert str(refused) == "You are no longer a member of the workspace “ws”: this session is read-only."
+    assert unusable_workspace_ids(owner=user) == {workspace.pk}
+    assert unusable_workspace_ids(owner=other_user) == set()
+    assert session_standing(session=chat_session) == Standing("edit", True, False, False)
+    workspace.members.add(user)
+    assert workspace_refusal(session=chat_session) is None
+    assert session_standing(session=chat_session).member is True
+
+
+def test_the_standing_before_a_tool_call_is_one_query(chat_session: ChatSession) -> None:
+    session_standing(session=chat_session)
+    Workspace.objects.filter(pk=chat_session.workspace_id).update(allow_commands=False, allow_network=True)
+    ChatSession.objects.filter(pk=chat_session.pk).update(mode="plan")
+    with CaptureQueriesContext(connection) as queries:
+        assert session_standing(session=chat_session) == Standing("plan", False, True, True)
+    assert len(queries.captured_queries) == 1
+    with pytest.raises(ChatSession.DoesNotExist):
+        session_standing(session=ChatSession(pk=2_000_000_000))
+
+
+def test_a_workspace_on_a_forbidden_folder_is_refused(user: Any, endpoint: ModelEndpoint) -> None:
+    workspace = Workspace.objects.create(name="old", folder="/")
+    session = session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="m", tools=[])
+    refused = workspace_refusal(session=session)
+    assert isinstance(refused, FolderRefused)
+    assert str(refused) == (
+        "The workspace “old” is on a folder Cachet may not use (/ is the root of the file system): this session "
+        "is read-only until staff change the folder in the admin."
+    )
