@@ -27,7 +27,7 @@ made by the server's own ``/apply-template`` then ``/tokenize``. Tokens "lost to
 the previous request that the next one, carrying the same messages and more, no longer starts with: the chat
 template rendered the same messages differently.
 
-Per template shape (``chat.testing.chat_templates.TEMPLATE_SHAPES`` where it exists, else the generated
+Per template shape (``testing.chat_templates.TEMPLATE_SHAPES`` where it exists, else the generated
 model's ChatML) Cachet's requests are replayed again. Last, two and four sessions in different workspaces
 alternate turn by turn on one slot, with llama.cpp's host-memory prompt cache (``--cache-ram``) on and off,
 with today's one system prompt and with the old one whose first line named the workspace and the model
@@ -57,10 +57,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 if TYPE_CHECKING:
-    from chat.testing.llama import LlamaServer
-    from chat.testing.scripted_server import Step
-    from chat.testing.tiny_gguf import ModelShape
     from sessions_app.models import ChatSession, Turn
+    from testing.llama import LlamaServer
+    from testing.scripted_server import Step
+    from testing.tiny_gguf import ModelShape
 
 DATE = "2026-11-30"
 MODEL = "bench"
@@ -117,7 +117,7 @@ def _reply(turn: int, topic: str) -> str:
 def turn_steps(turn: int, *, one_call: bool = False) -> tuple[str, list[Step]]:
     """The person's words and the scripted reply of turn ``turn`` (1-based), by a cycle of six kinds; with
     ``one_call`` a step calling several tools is split into steps of one call each (for templates that take one)."""
-    from chat.testing.scripted_server import Step
+    from testing.scripted_server import Step
 
     kind = (turn - 1) % 6
     think = f"Turn {turn}: the person wants this checked; I read before I answer."
@@ -179,7 +179,7 @@ def turn_steps(turn: int, *, one_call: bool = False) -> tuple[str, list[Step]]:
 
 def reference_actions(turns: int, *, one_call: bool = False) -> list[Action]:
     """The reference session: ``turns`` live turns, an undo of an edit turn, one compaction halfway."""
-    from chat.testing.scripted_server import Step
+    from testing.scripted_server import Step
 
     undo_after = 3 if turns < 12 else 9
     compact_after = max(4, turns // 2)
@@ -293,11 +293,11 @@ def record_session(work: Path, name: str, actions: Sequence[Action]) -> Recorded
 
     from chat.agent.loop import ReplyLoop
     from chat.agent.model_client import Timeouts
-    from chat.testing.scripted_server import ScriptedServer
     from chat.tools import tool_list
     from sessions_app.models import ModelEndpoint, Workspace
     from sessions_app.selectors.sessions import history_turns
     from sessions_app.services.sessions import session_start
+    from testing.scripted_server import ScriptedServer
 
     folder = work / name
     make_workspace(folder)
@@ -483,7 +483,7 @@ class Servers:
     def run(
         self, *, template: str | None = None, cache_ram_mib: int | None = None, model: Path | None = None
     ) -> LlamaServer:
-        from chat.testing.llama import LlamaServer
+        from testing.llama import LlamaServer
 
         return LlamaServer(
             model or self.model,
@@ -546,13 +546,13 @@ def physical_minimum(server: LlamaServer, recorded: Recorded) -> Minimum:
 def template_shapes(work: Path, model_shape: ModelShape, default_model: Path) -> tuple[list[Shape], str]:
     """The template shapes to run, each written into its own GGUF: cache10's ``TEMPLATE_SHAPES`` where present,
     else the generated model's own ChatML."""
-    from chat.testing import tiny_gguf
+    from testing import tiny_gguf
 
     try:
-        chat_templates = importlib.import_module("chat.testing.chat_templates")
+        chat_templates = importlib.import_module("testing.chat_templates")
     except ImportError:
         return [Shape("chatml (generated model's own)", None, default_model)], (
-            "chat.testing.chat_templates is not there yet: the generated model's ChatML only"
+            "testing.chat_templates is not there yet: the generated model's ChatML only"
         )
     shapes: dict[str, str] = dict(chat_templates.TEMPLATE_SHAPES)
     specials: dict[str, tuple[str, ...]] = dict(getattr(chat_templates, "TEMPLATE_SPECIALS", {}))
@@ -744,7 +744,7 @@ def main() -> None:
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="cachet-cache-bench-"))
     _setup_django(work / "data")
-    from chat.testing.tiny_gguf import ModelShape, write_model
+    from testing.tiny_gguf import ModelShape, write_model
 
     shape = ModelShape(layers=args.layers, dim=args.dim, heads=max(1, args.dim // 64), ff=args.dim * 2, ctx=CTX)
     model = write_model(work / "bench.gguf", shape)

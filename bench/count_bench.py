@@ -182,9 +182,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="count-bench-") as scratch:
         data = Path(scratch)
         _setup_django(data)
-        from chat.testing.llama import LlamaServer
-        from chat.testing.scripted_server import ScriptedServer
-        from chat.testing.tiny_gguf import ModelShape, write_model
+        from testing.llama import LlamaServer
+        from testing.scripted_server import ScriptedServer
+        from testing.tiny_gguf import ModelShape, write_model
 
         model = write_model(data / "tiny.gguf", ModelShape(ctx=4096))
         rows: list[Row] = []

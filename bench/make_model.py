@@ -13,7 +13,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and write the model."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from chat.testing.tiny_gguf import ModelShape, write_model
+    from testing.tiny_gguf import ModelShape, write_model
 
     parser = argparse.ArgumentParser(description="Write a tiny random-weight llama model as GGUF.")
     parser.add_argument("out", type=Path, help="the .gguf file to write")

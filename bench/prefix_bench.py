@@ -100,11 +100,11 @@ def main() -> None:
 
     from chat.agent.loop import ReplyLoop
     from chat.agent.model_client import Timeouts, stream_chat
-    from chat.testing.llama import LlamaServer
-    from chat.testing.tiny_gguf import ModelShape, write_model
     from chat.tools import tool_list
     from sessions_app.models import LastRequest, ModelEndpoint, ModelRequest, Workspace
     from sessions_app.services.sessions import session_start
+    from testing.llama import LlamaServer
+    from testing.tiny_gguf import ModelShape, write_model
 
     shape = ModelShape(layers=args.layers, dim=args.dim, heads=max(1, args.dim // 64), ff=args.dim * 2, ctx=65536)
     model = write_model(work / "bench.gguf", shape)

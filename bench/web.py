@@ -3,7 +3,7 @@ a temporary git worktree) against this working tree (NEW), side by side in one r
 not a test.
 
 Each side gets its own data folder (its own embedded Postgres) and is served by a real Daphne process; both
-talk to the project's scripted model server (``chat.testing.scripted_server``, in a process of its own that
+talk to the project's scripted model server (``testing.scripted_server``, in a process of its own that
 notes the moment it writes each piece and each request's arrival and last byte, on the machine's monotonic
 clock). Sessions of 10, 100 and 1,000 turns (three reads of 300-line files and a short markdown answer each,
 two model requests each on the chart) are built directly in each side's database through its own store
@@ -76,7 +76,7 @@ FILE_LINES = 300
 def serve_model(port_file: Path) -> None:
     """The scripted server answering by what the last user message asks, noting when each piece goes out."""
     sys.path.insert(0, str(ROOT))
-    from chat.testing import scripted_server as scripted
+    from testing import scripted_server as scripted
 
     local = threading.local()
     lock = threading.Lock()

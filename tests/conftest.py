@@ -9,11 +9,11 @@ import pytest
 from asgiref.sync import SyncToAsync
 from django.db import connection
 
-from chat.testing.scripted_server import ScriptedServer
 from chat.tools import tool_list
 from chat.web import jobs
 from sessions_app.models import ChatSession, ModelEndpoint, Workspace
 from sessions_app.services.sessions import session_start
+from testing.scripted_server import ScriptedServer
 from tests.sandbox_kit import for_commands
 
 
@@ -66,7 +66,7 @@ def chat_session(user: Any, workspace: Workspace, endpoint: ModelEndpoint) -> Ch
 
 @pytest.fixture
 def scripted() -> Any:
-    from chat.testing.scripted_server import ScriptedServer, Step
+    from testing.scripted_server import ScriptedServer, Step
 
     with ScriptedServer(when_empty=Step(fault="http500", text="script exhausted")) as server:
         yield server

@@ -25,10 +25,10 @@ from django.utils.regex_helper import normalize
 
 from cachet.asgi import application
 from chat.agent.loop import ReplyLoop
-from chat.testing.scripted_server import ScriptedServer, Step
 from chat.web.routing import websocket_urlpatterns
 from sessions_app.models import ChatSession, ModelRequest, Result, Turn
 from sessions_app.services.sessions import session_rename
+from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
 SECRETS = ("ada-secret-title-5b1e", "ada-secret-words-9c2d", "ada-secret-file-3f7a", "ada-secret-reply-7d04")

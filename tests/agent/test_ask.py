@@ -12,7 +12,6 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import (
     BreakCause,
     ChatSession,
@@ -24,6 +23,7 @@ from sessions_app.models import (
     Workspace,
 )
 from sessions_app.services.locks import reply_lock
+from testing.scripted_server import ScriptedServer, Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from chat.agent import server_api
 from chat.agent.budget import CountedSize, RequestCounter, RequestTooLarge, endpoint_window, window_of
-from chat.testing.scripted_server import ScriptedServer, render_prompt, tokenize
 from sessions_app.models import ChatSession, ModelEndpoint
 from sessions_app.selectors.requests import build_request
+from testing.scripted_server import ScriptedServer, render_prompt, tokenize
 
 pytestmark = pytest.mark.django_db
 

@@ -147,7 +147,7 @@ def test_an_unexpected_byte_break_is_the_harness_even_where_the_renderings_agree
 
 def test_a_server_that_renders_nothing_costs_no_parse_of_the_previous_body(monkeypatch: Any) -> None:
     from chat.agent import cache_check
-    from chat.testing.scripted_server import ScriptedServer
+    from testing.scripted_server import ScriptedServer
 
     parsed: list[bytes] = []
     real = cache_check._messages_and_tools

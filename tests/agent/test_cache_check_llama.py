@@ -11,12 +11,12 @@ import pytest
 
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Timeouts
-from chat.testing.chat_templates import TEMPLATE_SHAPES
-from chat.testing.llama import LlamaServer
-from chat.testing.tiny_gguf import ModelShape, write_model
 from chat.tools import tool_list
 from sessions_app.models import BreakCause, CacheMiss, ChatSession, ModelEndpoint, ModelRequest, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start
+from testing.chat_templates import TEMPLATE_SHAPES
+from testing.llama import LlamaServer
+from testing.tiny_gguf import ModelShape, write_model
 from tests.agent.loop_helpers import run
 
 pytestmark = [pytest.mark.llama, pytest.mark.django_db(transaction=True)]

@@ -14,8 +14,8 @@ import pytest
 
 from chat.agent import endpoints
 from chat.agent.endpoints import Listing, endpoints_models
-from chat.testing.scripted_server import ScriptedServer
 from sessions_app.models import ModelEndpoint
+from testing.scripted_server import ScriptedServer
 
 
 def free_port() -> int:

@@ -15,7 +15,6 @@ from django.test.utils import CaptureQueriesContext
 from chat.agent.events import BranchFlipped, ResultStored, TextDelta, TurnEnded
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Timeouts
-from chat.testing.scripted_server import ScriptedServer, Step
 from chat.tools import tool_list
 from sessions_app.errors import FolderRefused, NotAMember, ReplyInProgress
 from sessions_app.models import (
@@ -34,6 +33,7 @@ from sessions_app.selectors.requests import build_request
 from sessions_app.services.locks import reply_lock
 from sessions_app.services.sessions import session_start
 from sessions_app.services.turns import turn_start
+from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,11 +13,11 @@ import chat.agent.loop as loop_module
 from chat.agent.events import CacheChecked, ReplyEvent, RequestFinished, RequestStarted
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Timeouts
-from chat.testing.scripted_server import ScriptedServer, Step
 from chat.tools import tool_list
 from chat.web.publisher import Publisher, _Send
 from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start
+from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,8 +9,8 @@ import pytest
 
 from chat.agent.events import TextDelta
 from chat.agent.loop import ReplyLoop
-from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import ChatSession, StepDraft, TurnStatus
+from testing.scripted_server import ScriptedServer, Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,6 @@ import pytest
 
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Timeouts
-from chat.testing.scripted_server import ScriptedServer, Step
 from chat.tools import tool_list
 from chat.web.display import CompactionView
 from chat.web.fragments import compaction_put
@@ -29,6 +28,7 @@ from sessions_app.models import (
     Workspace,
 )
 from sessions_app.services.sessions import session_start
+from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -27,11 +27,11 @@ from chat.agent.events import (
 )
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import HttpModel, ModelStream
-from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.errors import StoreError
 from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, TurnStatus
 from sessions_app.selectors.requests import RequestBuilder, previous_request
 from sessions_app.services.durability import WITHOUT_WAITING
+from testing.scripted_server import ScriptedServer, Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,12 +12,12 @@ from django.test.utils import CaptureQueriesContext
 
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Timeouts
-from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.hygiene.outcomes import ReadOutcome
 from sessions_app.models import ChatSession, ModelRequest, Turn
 from sessions_app.services.results import result_insert
 from sessions_app.services.turns import step_record, turn_finish, turn_start
 from sessions_app.types import StoredCall
+from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,8 +8,8 @@ import pytest
 
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Timeouts
-from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import ChatSession, Result, TurnStatus
+from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,8 +13,8 @@ import pytest
 from chat.agent import loop as loop_module
 from chat.agent.events import RequestStarted, ResultStored, StepStored, TextDelta, ToolCalled, TurnEnded, TurnStarted
 from chat.agent.loop import ReplyLoop
-from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import ChatSession, TurnStatus
+from testing.scripted_server import ScriptedServer, Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

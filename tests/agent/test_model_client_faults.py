@@ -21,7 +21,7 @@ from chat.agent.model_client import (
     Timeouts,
     stream_chat,
 )
-from chat.testing.scripted_server import ScriptedServer, Step
+from testing.scripted_server import ScriptedServer, Step
 from tests.agent.mc_helpers import chat_body, first_turn, mock_client
 
 FAST = Timeouts(connect=2.0, first_token=10.0, between_chunks=10.0)

@@ -24,7 +24,7 @@ from chat.agent.model_client import (
     list_models,
     stream_chat,
 )
-from chat.testing.scripted_server import ScriptedServer, Step
+from testing.scripted_server import ScriptedServer, Step
 from tests.agent.mc_helpers import chat_body, collect, first_turn
 from tests.listeners import stop_listening
 

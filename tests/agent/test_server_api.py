@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from chat.agent import server_api
-from chat.testing.llama import LlamaServer
-from chat.testing.tiny_gguf import ModelShape, write_model
+from testing.llama import LlamaServer
+from testing.tiny_gguf import ModelShape, write_model
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def test_the_real_server_refuses_a_request_past_its_window_as_the_scripted_one_d
     import json
 
     from chat.agent.model_client import ModelContextExceeded, Timeouts, stream_chat
-    from chat.testing.scripted_server import exceeds_context
+    from testing.scripted_server import exceeds_context
 
     body = {"model": "tiny", "stream": True, "messages": [{"role": "user", "content": "word, " * 1000}]}
     with pytest.raises(ModelContextExceeded) as raised:

@@ -14,12 +14,12 @@ from django.db import connection
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Timeouts
 from chat.agent.workspace import workspace_context
-from chat.testing.scripted_server import ScriptedServer, Step
 from chat.tools import call_tool, tool_list
 from sessions_app import prompts
 from sessions_app.hygiene.outcomes import ErrorOutcome, OutputOutcome
 from sessions_app.models import ChatSession, ModelEndpoint, Result, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start
+from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 from tests.listeners import stop_listening
 

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 from django.db import connection
 
-from chat.testing.scripted_server import ScriptedServer
 from sessions_app.models import ModelEndpoint, Workspace
+from testing.scripted_server import ScriptedServer
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from chat.testing.scripted_server import ScriptedServer
 from chat.web import jobs
 from sessions_app.models import ModelEndpoint, Workspace
+from testing.scripted_server import ScriptedServer
 from tests.browser.browser_kit import CHROMIUM, CHROMIUM_ARGS, PASSWORDS, Browser, World
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from chat.testing.scripted_server import Step
 from sessions_app.models import ChatSession, ModelRequest, Turn, TurnStatus
+from testing.scripted_server import Step
 from tests.browser.browser_kit import Browser, World, in_thread, login, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from chat.testing.scripted_server import Step
+from testing.scripted_server import Step
 from tests.browser.browser_kit import Browser, World, in_thread, login, screenshot
 from tests.browser.test_browser_chat import LONG_REPLY, send, start_session, wait_idle
 

@@ -8,8 +8,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import ChatSession, ModelEndpoint
+from testing.scripted_server import ScriptedServer, Step
 from tests.browser.browser_kit import Browser, World, in_thread, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

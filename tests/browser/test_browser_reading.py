@@ -9,8 +9,8 @@ import pytest
 from playwright.sync_api import expect
 
 from chat.agent.loop import ReplyLoop
-from chat.testing.scripted_server import Step
 from sessions_app.models import ChatSession
+from testing.scripted_server import Step
 from tests.agent.loop_helpers import run
 from tests.browser.browser_kit import Browser, World, in_thread, screenshot
 from tests.browser.test_browser_chat import LONG_REPLY, send, start_session, wait_idle

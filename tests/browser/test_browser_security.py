@@ -21,10 +21,10 @@ from django.test import Client, override_settings
 from playwright.sync_api import expect
 
 from chat.agent.loop import ReplyLoop
-from chat.testing.scripted_server import Step
 from chat.tools import tool_list
 from sessions_app.models import ChatSession, Result, Turn
 from sessions_app.services.sessions import session_start
+from testing.scripted_server import Step
 from tests.agent.loop_helpers import run
 from tests.browser.browser_kit import REPORT_VIOLATIONS, Browser, World, in_thread, login, screenshot, watch_errors
 from tests.raw_websocket import HELLO, client_frame

@@ -31,8 +31,8 @@ from django.conf import settings
 from django.db import connection
 from playwright.sync_api import expect
 
-from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import BreakCause, ModelEndpoint, ModelRequest, Turn, TurnStatus, Workspace
+from testing.scripted_server import ScriptedServer, Step
 from tests.browser.browser_kit import (
     CHROMIUM,
     CHROMIUM_ARGS,

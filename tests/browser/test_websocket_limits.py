@@ -20,10 +20,10 @@ from django.conf import settings
 from django.test import Client
 from playwright.sync_api import expect
 
-from chat.testing.scripted_server import Step
 from chat.tools import tool_list
 from sessions_app.models import ChatSession, Turn
 from sessions_app.services.sessions import session_start
+from testing.scripted_server import Step
 from tests.browser.browser_kit import Browser, World, in_thread
 from tests.raw_websocket import HELLO, client_frame, server_frame
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from chat.testing.scripted_server import ScriptedServer
 from sessions_app.models import ModelEndpoint, Workspace
+from testing.scripted_server import ScriptedServer
 from tests.sandbox_kit import sandbox_ids
 
 pytestmark = pytest.mark.django_db

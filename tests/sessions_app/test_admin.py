@@ -315,7 +315,7 @@ def test_a_sessions_page_shows_its_turns_as_a_tree_with_the_live_branch(
 
 def test_endpoints_show_the_configured_window_and_the_one_the_server_says(staff: Client) -> None:
     from chat.agent.budget import endpoint_window
-    from chat.testing.scripted_server import ScriptedServer
+    from testing.scripted_server import ScriptedServer
 
     with ScriptedServer(n_ctx=4096) as small:
         endpoint = ModelEndpoint.objects.create(name="small", base_url=small.base_url, context_window=8192)

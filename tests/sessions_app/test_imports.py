@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chat.agent.loop import ReplyLoop
-from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import ChatSession, ModelRequest, Result, Turn, Workspace
 from sessions_app.selectors.exports import export_chunks, session_export
 from sessions_app.selectors.requests import build_request
 from sessions_app.services.imports import ImportRejected, parse_export, read_upload, session_import
+from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db

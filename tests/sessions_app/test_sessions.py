@@ -9,12 +9,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from chat.agent.loop import ReplyLoop
-from chat.testing.scripted_server import ScriptedServer, Step
 from chat.web.display import CompactionView, transcript_page
 from sessions_app.errors import ReplyInProgress
 from sessions_app.models import BreakCause, ChatSession, ModelEndpoint, ModelRequest, Turn, TurnStatus
 from sessions_app.selectors.sessions import compactions
 from sessions_app.services.sessions import session_change_model
+from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from chat.agent.model_client import Completion, Timeouts, list_models, stream_chat
-from chat.testing.tiny_gguf import ModelShape, write_model
+from testing.tiny_gguf import ModelShape, write_model
 from tests.agent.mc_helpers import SYSTEM
 
 pytest.importorskip("xllamacpp")
 
-from chat.testing.llama import LlamaServer
+from testing.llama import LlamaServer
 
 TOOLS = [
     {

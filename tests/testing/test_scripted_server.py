@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from chat.agent import server_api
-from chat.testing.scripted_server import ScriptedServer, Step, load_script, render_prompt, tokenize
+from testing.scripted_server import ScriptedServer, Step, load_script, render_prompt, tokenize
 from tests.agent.mc_helpers import chat_body, first_turn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -207,7 +207,7 @@ def test_command_line(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"text": "from the file"}]))
     process = subprocess.Popen(
-        [sys.executable, "-m", "chat.testing.scripted_server", "--port", "0", "--script", str(script)],
+        [sys.executable, "-m", "testing.scripted_server", "--port", "0", "--script", str(script)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

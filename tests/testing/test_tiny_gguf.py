@@ -8,7 +8,7 @@ from pathlib import Path
 
 import gguf
 
-from chat.testing.tiny_gguf import IM_END, IM_START, ModelShape, bytes_to_unicode, write_model
+from testing.tiny_gguf import IM_END, IM_START, ModelShape, bytes_to_unicode, write_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ModelShape(layers=2, dim=64, heads=2, ff=128, ctx=512, seed=3)

@@ -21,11 +21,11 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from cachet.asgi import application
-from chat.testing.scripted_server import ScriptedServer, Step
 from chat.web import jobs
 from chat.web.messages import MESSAGE_LIMIT
 from chat.web.publisher import MESSAGE_TYPE, Relay, session_group
 from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Turn, TurnStatus
+from testing.scripted_server import ScriptedServer, Step
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 

@@ -17,12 +17,12 @@ from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
 from django.db import connection
 
-from chat.testing.scripted_server import ScriptedServer, Step
 from chat.tools import tool_list
 from chat.web import jobs
 from chat.web.publisher import reply_group
 from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start
+from testing.scripted_server import ScriptedServer, Step
 from tests.redis_kit import REDIS, redis_client
 from tests.web.test_consumers import connected, cookie_for, idle, until
 

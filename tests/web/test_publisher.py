@@ -16,7 +16,6 @@ from channels.layers import get_channel_layer
 
 from chat.agent.events import ReplyEvent, ResultStored, StepStored, TurnEnded
 from chat.agent.loop import ReplyLoop
-from chat.testing.scripted_server import ScriptedServer, Step
 from chat.web import fragments
 from chat.web import publisher as publisher_module
 from chat.web.display import row_for_result, single_turn, started_turn
@@ -35,6 +34,7 @@ from chat.web.sync import PageState, catch_up
 from sessions_app.models import ChatSession, Turn
 from sessions_app.services.turns import step_record, turn_fail, turn_finish, turn_start
 from sessions_app.services.undo import turn_edit
+from testing.scripted_server import ScriptedServer, Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

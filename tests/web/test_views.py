@@ -10,11 +10,11 @@ from django.test import Client
 from django.urls import reverse
 
 from chat.agent.loop import ReplyLoop
-from chat.testing.scripted_server import ScriptedServer, Step
 from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
 from sessions_app.services.locks import reply_lock
 from sessions_app.services.sessions import session_start
 from sessions_app.services.turns import turn_start
+from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from chat.testing.conformance import FormatError, load_cases, run_case
+from chat.conformance import FormatError, load_cases, run_case
 
 
 class Command(BaseCommand):

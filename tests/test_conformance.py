@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from chat.testing.conformance import load_cases
+from chat.conformance import load_cases
 from sessions_app.models import ChatSession, Result, Turn, Workspace
 
-CASE_FILE = Path(__file__).resolve().parents[2] / "conformance" / "context.json"
+CASE_FILE = Path(__file__).resolve().parents[1] / "conformance" / "context.json"
 SECTIONS = ("§1", "§2", "§3", "§4", "§5", "§6", "§7", "§9", "§10")
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed$")
 

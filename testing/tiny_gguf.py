@@ -16,7 +16,7 @@ import gguf
 import numpy as np
 import numpy.typing as npt
 
-from chat.testing.chat_templates import CHATML
+from testing.chat_templates import CHATML
 
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"

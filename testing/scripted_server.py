@@ -28,7 +28,7 @@ silence until the server closes or 60 s pass), `keepalive` (like `stall`, but an
 `delay` seconds, 0.1 s at least) and `garbage` (200 with an HTML body). A step's text holding a lone
 surrogate (`"\\ud83d"`) goes out as a JSON escape, as from a server that splits a character between events.
 
-Run `python -m chat.testing.scripted_server --port 8080 --script FILE.json` to serve a JSON list
+Run `python -m testing.scripted_server --port 8080 --script FILE.json` to serve a JSON list
 of step objects (`{"text": ..., "reasoning": ..., "tool_calls": [[name, args], ...], "fault": ...,
 "chunk_size": ..., "delay": ...}`).
 """
