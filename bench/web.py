@@ -59,6 +59,8 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+# Git as Cachet runs it anywhere: no hooks, no fsmonitor, no pager named by a repository's own config.
+GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.pager=cat"]
 OLD_COMMIT = "da8fbd3"
 PIECES = 100
 PIECE_DELAY = 0.02  # 50 pieces a second
@@ -793,13 +795,13 @@ def _write_workspace(folder: Path) -> None:
 def _old_tree(base: Path) -> Iterator[Path]:
     tree = base / "old-tree"
     subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), OLD_COMMIT], check=True, capture_output=True
+        [*GIT, "-C", str(ROOT), "worktree", "add", "--detach", str(tree), OLD_COMMIT], check=True, capture_output=True
     )
     try:
         yield tree
     finally:
         subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False, capture_output=True
+            [*GIT, "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False, capture_output=True
         )
 
 

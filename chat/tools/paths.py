@@ -11,8 +11,8 @@ The semantics are those of ``realpath`` confined to the workspace:
 - a symlink is followed (at most 40 hops, else the ``symlink_loop`` error) when it leads inside: a
   relative target is walked on from the link's folder, an absolute one from the workspace's descriptor;
 - a path that leaves the workspace (``..`` at its top, or an absolute target elsewhere) is resolved by
-  ``realpath`` only to name it: when it ends outside, the ``outside`` error names the resolved absolute
-  path; when it comes back inside (``link_out/../ws/x``), the walk starts again from the workspace's
+  ``realpath`` only to see where it ends: when it ends outside, the ``outside`` error names the path as it
+  left, made absolute (links outside the workspace are not followed to name it); when it comes back inside (``link_out/../ws/x``), the walk starts again from the workspace's
   descriptor with the path it came back to. Nothing outside is ever opened;
 - missing components are kept as names, so a new file's resolved path and missing folders are known.
 
@@ -312,12 +312,14 @@ class Root:
         return Resolved(leaf.path, leaf.kind, holder.fd, holder.path, names, leaf.fd, blocker)
 
     def _come_back(self, path: str, joined: str) -> list[str]:
-        """Name a path that left the workspace by ``realpath``: refused outside, else its parts below the root."""
+        """Where a path that left the workspace leads, by ``realpath``: refused outside, else its parts below the
+        root. A refusal names the path as it left, made absolute, not what links outside make of it: the
+        server's own ``/proc/self`` would name its process id."""
         resolved = os.path.realpath(path)
         if os.path.realpath(resolved) != resolved or _is_loop(resolved):
             raise _Refused("symlink_loop", joined)
         if not is_inside(resolved, self.path):
-            raise _Refused("outside", resolved)
+            raise _Refused("outside", os.path.normpath(path))
         return self._below(resolved)
 
     def _hop(self, hops: int, joined: str) -> int:
