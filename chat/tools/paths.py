@@ -319,7 +319,7 @@ class Root:
         if os.path.realpath(resolved) != resolved or _is_loop(resolved):
             raise _Refused("symlink_loop", joined)
         if not is_inside(resolved, self.path):
-            raise _Refused("outside", os.path.normpath(path))
+            raise _Refused("outside", "/" + os.path.normpath(path).lstrip("/"))  # POSIX keeps a leading //
         return self._below(resolved)
 
     def _hop(self, hops: int, joined: str) -> int:
