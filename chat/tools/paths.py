@@ -12,8 +12,9 @@ The semantics are those of ``realpath`` confined to the workspace:
   relative target is walked on from the link's folder, an absolute one from the workspace's descriptor;
 - a path that leaves the workspace (``..`` at its top, or an absolute target elsewhere) is resolved by
   ``realpath`` only to see where it ends: when it ends outside, the ``outside`` error names the path as it
-  left, made absolute (links outside the workspace are not followed to name it); when it comes back inside (``link_out/../ws/x``), the walk starts again from the workspace's
-  descriptor with the path it came back to. Nothing outside is ever opened;
+  left, made absolute (links outside the workspace are not followed to name it); when it comes back inside
+  (``link_out/../ws/x``), the walk starts again from the workspace's descriptor with the path it came back
+  to. Nothing outside is ever opened;
 - missing components are kept as names, so a new file's resolved path and missing folders are known.
 
 Where the kernel has ``openat2`` (Linux 5.6), a path without ``..`` is first opened in one call with

@@ -516,8 +516,8 @@ def test_a_folder_swapped_for_a_symlink_after_resolution_leads_nowhere_outside(
 def test_a_refusal_names_the_path_as_it_left_never_the_servers_process(ws: Path, ctx: ToolContext) -> None:
     """``/proc/self`` resolves to the server's own pid: the refusal names the path the call led out to."""
     (ws / "env").symlink_to("/proc/self/environ")
-    for given in ("/proc/self/environ", "env", "../" * 20 + "proc/self/environ"):
-        _, outcome = call_tool("read", json.dumps({"path": given}), ctx)
+    for path in ("/proc/self/environ", "env", "../" * 20 + "proc/self/environ"):
+        _, outcome = call_tool("read", json.dumps({"path": path}), ctx)
         assert isinstance(outcome, ErrorOutcome)
         assert outcome.message == "Refused: /proc/self/environ is outside the workspace."
         assert str(os.getpid()) not in outcome.message
