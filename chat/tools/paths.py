@@ -11,10 +11,10 @@ The semantics are those of ``realpath`` confined to the workspace:
 - a symlink is followed (at most 40 hops, else the ``symlink_loop`` error) when it leads inside: a
   relative target is walked on from the link's folder, an absolute one from the workspace's descriptor;
 - a path that leaves the workspace (``..`` at its top, or an absolute target elsewhere) is resolved by
-  ``realpath`` only to see where it ends: when it ends outside, the ``outside`` error names the path as it
-  left, made absolute (links outside the workspace are not followed to name it); when it comes back inside
-  (``link_out/../ws/x``), the walk starts again from the workspace's descriptor with the path it came back
-  to. Nothing outside is ever opened;
+  ``realpath`` only to see where it ends: when it ends outside, the ``outside`` error names the resolved
+  absolute path (a path into ``/proc`` as it left, so that ``/proc/self`` never names the server's process);
+  when it comes back inside (``link_out/../ws/x``), the walk starts again from the workspace's descriptor
+  with the path it came back to. Nothing outside is ever opened;
 - missing components are kept as names, so a new file's resolved path and missing folders are known.
 
 Where the kernel has ``openat2`` (Linux 5.6), a path without ``..`` is first opened in one call with
@@ -313,14 +313,15 @@ class Root:
         return Resolved(leaf.path, leaf.kind, holder.fd, holder.path, names, leaf.fd, blocker)
 
     def _come_back(self, path: str, joined: str) -> list[str]:
-        """Where a path that left the workspace leads, by ``realpath``: refused outside, else its parts below the
-        root. A refusal names the path as it left, made absolute, not what links outside make of it: the
-        server's own ``/proc/self`` would name its process id."""
+        """Name a path that left the workspace by ``realpath``: refused outside, else its parts below the root.
+        A refusal names the resolved path, but a path into ``/proc`` as it was given, made absolute: ``/proc/self``
+        resolves to the server's own process id."""
         resolved = os.path.realpath(path)
         if os.path.realpath(resolved) != resolved or _is_loop(resolved):
             raise _Refused("symlink_loop", joined)
         if not is_inside(resolved, self.path):
-            raise _Refused("outside", "/" + os.path.normpath(path).lstrip("/"))  # POSIX keeps a leading //
+            lexical = "/" + os.path.normpath(path).lstrip("/")  # POSIX keeps a leading //
+            raise _Refused("outside", lexical if is_inside(lexical, "/proc") else resolved)
         return self._below(resolved)
 
     def _hop(self, hops: int, joined: str) -> int:
