@@ -5,9 +5,11 @@ again by the next connection when it has stopped."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,12 +87,27 @@ def import_pgserver(data_dir: Path) -> Any:
     return pgserver
 
 
+@contextlib.contextmanager
+def _starting(data_dir: Path) -> Iterator[None]:
+    """Held by one process at a time (a lock on ``data_dir/pg.lock``) while it starts the server and makes
+    Cachet's database: two processes that start at once (a web process and a worker, two test workers) would
+    otherwise both see no database and both create it, and one of them fail."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with (data_dir / "pg.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _start(data_dir: Path, pgdata: Path) -> Any:
     pgserver = import_pgserver(data_dir)
-    pgdata.mkdir(parents=True, exist_ok=True)
-    logger.debug("starting the embedded Postgres in %s", pgdata)
-    server = pgserver.get_server(pgdata, cleanup_mode="stop")
-    _ensure_database(_address(server))
+    with _starting(data_dir):
+        pgdata.mkdir(parents=True, exist_ok=True)
+        logger.debug("starting the embedded Postgres in %s", pgdata)
+        server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        _ensure_database(_address(server))
     return server
 
 
@@ -103,5 +120,4 @@ def _ensure_database(server: EmbeddedServer) -> None:
     ) as connection:
         if connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone() is None:
             logger.info("creating database %s", DATABASE_NAME)
-            with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another process was first
-                connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE_NAME)))
+            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE_NAME)))

@@ -28,9 +28,13 @@ silence until the server closes or 60 s pass), `keepalive` (like `stall`, but an
 `delay` seconds, 0.1 s at least) and `garbage` (200 with an HTML body). A step's text holding a lone
 surrogate (`"\\ud83d"`) goes out as a JSON escape, as from a server that splits a character between events.
 
+A streamed step with `pause_at` positions (`(N, …)`) stops after its first N deltas, and at each further
+position, until `resume()` is called once for that pause: a test sees the answer in the middle however fast
+or slow the machine is.
+
 Run `python -m testing.scripted_server --port 8080 --script FILE.json` to serve a JSON list
 of step objects (`{"text": ..., "reasoning": ..., "tool_calls": [[name, args], ...], "fault": ...,
-"chunk_size": ..., "delay": ...}`).
+"chunk_size": ..., "delay": ..., "pause_at": ...}`).
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ class Step:
     fault: str | None = None
     chunk_size: int = 3
     delay: float = 0.0
+    pause_at: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.fault is not None and self.fault not in FAULTS:
@@ -93,6 +98,7 @@ class Step:
             fault=data.get("fault"),
             chunk_size=int(data.get("chunk_size", 3)),
             delay=float(data.get("delay", 0.0)),
+            pause_at=tuple(int(position) for position in data.get("pause_at", ())),
         )
 
 
@@ -350,6 +356,8 @@ class _Handler(BaseHTTPRequestHandler):
         for position, delta in enumerate(deltas):
             if position == cut_at:
                 raise _Closed
+            if position in step.pause_at:
+                self._owner._pause()
             self._wait(step.delay)
             self._event(answer.chunk(delta))
             if step.fault == "malformed" and position == 0:
@@ -510,6 +518,9 @@ class ScriptedServer:
         self._history: list[list[str]] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
+        self._resumes = threading.Semaphore(0)
+        self._pauses = 0
+        self._paused = threading.Condition(self._lock)
         self._connections: set[socket.socket] = set()
         self._httpd = _HTTPServer((host, port), self)
         self._thread: threading.Thread | None = None
@@ -538,6 +549,15 @@ class ScriptedServer:
         """Append steps to the script."""
         with self._lock:
             self._script.extend(steps)
+
+    def wait_paused(self, count: int = 1, timeout: float = 30.0) -> bool:
+        """Whether answers have come to ``count`` pauses (``pause_at``) since the server started, within ``timeout``."""
+        with self._paused:
+            return self._paused.wait_for(lambda: self._pauses >= count, timeout)
+
+    def resume(self) -> None:
+        """Let the stream that is paused (or the next one to pause) go on."""
+        self._resumes.release()
 
     def start(self) -> ScriptedServer:
         """Serve in a background thread."""
@@ -580,6 +600,14 @@ class ScriptedServer:
         with self._lock:
             self._requests.append(body)
             return len(self._requests)
+
+    def _pause(self) -> None:
+        with self._paused:
+            self._pauses += 1
+            self._paused.notify_all()
+        while not self._resumes.acquire(timeout=0.05):
+            if self._closing.is_set():
+                raise _Closed
 
     def _take_reset(self) -> bool:
         with self._lock:

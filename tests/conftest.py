@@ -7,14 +7,29 @@ from typing import Any
 
 import pytest
 from asgiref.sync import SyncToAsync
-from django.db import connection
+from django.contrib.auth.models import Permission
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection, connections, transaction
+from django.test import TransactionTestCase
 
 from chat.tools import tool_list
 from chat.web import jobs
 from sessions_app.models import ChatSession, ModelEndpoint, Workspace
 from sessions_app.services.sessions import session_start
 from testing.scripted_server import ScriptedServer
+from tests.redis_kit import RedisDatabase, claim_database
 from tests.sandbox_kit import for_commands
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``), the llama.cpp tests go to one worker, which starts each of
+    their servers once (``tests/agent/conftest.py``)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.get_closest_marker("llama"):
+            item.add_marker(pytest.mark.xdist_group("llama"))
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +38,54 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
     on asgiref's thread for thread-sensitive calls (``chat.web.socket_store``), which would stop the drop."""
     yield
     SyncToAsync.single_thread_executor.submit(lambda: connection.close()).result(timeout=10)  # that thread's own
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashes() -> Iterator[None]:
+    """Passwords hashed with MD5 in this process: PBKDF2's million rounds cost a quarter of a second to 1.4 s a
+    user or a login, and no test is about that cost (bench/login_bench.py measures it). Django's own hashers
+    stay listed after it, so a hash made by a Cachet subprocess still checks here; a user that a subprocess
+    logs in is given a hash of Django's default kind (:func:`tests.passwords.give_shipped_password`)."""
+    from django.conf import global_settings
+    from django.test.utils import override_settings
+
+    hashers = ["django.contrib.auth.hashers.MD5PasswordHasher", *global_settings.PASSWORD_HASHERS]
+    with override_settings(PASSWORD_HASHERS=hashers):
+        yield
+
+
+def _empty_the_tables(self: TransactionTestCase) -> None:
+    """A transactional test's teardown: every table emptied, as Django's ``flush`` does, but by ``DELETE``
+    in one transaction (the foreign keys are deferred) instead of ``TRUNCATE``, which makes new files for
+    each of the thirty tables, about 60 ms a test against 5 ms. Content types and permissions stay: the flush
+    empties them and its ``post_migrate`` makes the same rows again, another 30 ms."""
+    kept = {ContentType._meta.db_table, Permission._meta.db_table}
+    names: list[str] = self._databases_names(include_mirrors=False)  # type: ignore[attr-defined]
+    for name in names:
+        database = connections[name]
+        tables = database.introspection.django_table_names(only_existing=True, include_views=False)
+        with transaction.atomic(using=name), database.cursor() as cursor:
+            for table in tables:
+                if table not in kept:
+                    cursor.execute(f"DELETE FROM {database.ops.quote_name(table)}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _transactional_tests_emptied_by_delete() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TransactionTestCase, "_fixture_teardown", _empty_the_tables)
+        yield
+
+
+@pytest.fixture(scope="session")
+def redis_database() -> Iterator[RedisDatabase]:
+    """A database of the machine's Redis for this test process alone (:mod:`tests.redis_kit`), emptied at
+    the end; a test that uses it empties it before and after (:meth:`RedisDatabase.empty`)."""
+    claimed = claim_database()
+    try:
+        yield claimed
+    finally:
+        claimed.release()
 
 
 @pytest.fixture

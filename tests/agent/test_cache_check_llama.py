@@ -29,11 +29,10 @@ SCRIPT = (
 )
 
 
-@pytest.fixture(scope="module")
-def noise_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", ModelShape(ctx=CONTEXT))
-    with LlamaServer(model, ctx_size=CONTEXT, n_predict=8, alias="tiny", cache_ram_mib=0) as server:
-        yield server
+@pytest.fixture
+def noise_llama(llama_32k: LlamaServer) -> LlamaServer:
+    """The shared server of the noise model (``tests/agent/conftest.py``): one slot, no host-memory cache."""
+    return llama_32k
 
 
 @pytest.fixture(scope="module")

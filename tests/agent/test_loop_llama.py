@@ -13,22 +13,15 @@ from chat.tools import tool_list
 from sessions_app.models import BreakCause, ModelEndpoint, ModelRequest, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start
 from testing.llama import LlamaServer
-from testing.tiny_gguf import ModelShape, write_model
 from tests.agent.loop_helpers import run
 
 pytestmark = [pytest.mark.llama, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", ModelShape(ctx=32768))
-    with LlamaServer(model, ctx_size=32768, n_predict=8, alias="tiny") as server:
-        yield server
-
-
 def test_a_session_against_llama_cpp_records_cached_tokens(
-    llama: LlamaServer, user: Any, workspace: Workspace, workspace_dir: Path
+    llama_32k: LlamaServer, user: Any, workspace: Workspace, workspace_dir: Path
 ) -> None:
+    llama = llama_32k
     (workspace_dir / "AGENTS.md").write_text("Answer briefly.\n")
     endpoint = ModelEndpoint.objects.create(name="llama", base_url=llama.base_url, model="tiny", context_window=32768)
     session = session_start(

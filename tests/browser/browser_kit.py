@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,6 +55,29 @@ def in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     if "error" in box:
         raise box["error"]
     return box["value"]  # type: ignore[no-any-return]
+
+
+class Launched:
+    """A Chromium launched by Playwright's sync API in this thread, kept between tests.
+
+    That API marks its event loop as running in the thread that started it, from its start on, and Django
+    refuses the ORM in a thread with a running loop (so does any other asyncio loop, pytest-asyncio's
+    included). The mark is taken off as soon as the browser is launched and put back only while a test drives
+    the browser; meanwhile Playwright's loop is suspended where it was, as between two of its calls."""
+
+    def __init__(self, browser: Any) -> None:
+        self.browser = browser
+        self._loop = asyncio.get_running_loop()
+        asyncio.events._set_running_loop(None)
+
+    @contextlib.contextmanager
+    def driving(self) -> Iterator[None]:
+        """Playwright's loop marked running in this thread, as its sync API expects, for the time of the block."""
+        asyncio.events._set_running_loop(self._loop)
+        try:
+            yield
+        finally:
+            asyncio.events._set_running_loop(None)
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """Browser tests: Cachet under Daphne in a thread of the test process (so it sees the test database), the
 project's scripted model server, and Debian's Chromium driven by Playwright.
 
-Playwright's sync API keeps an asyncio loop marked running in the test's thread while it is started, and
-Django refuses the ORM there; so Playwright is started per test, after the data is made and stopped before
-pytest-django flushes the database. Database work in the middle of a test goes through :func:`in_thread`.
+One Playwright and one Chromium serve all the browser tests of a test process; each test gets contexts of its
+own. Playwright's sync API keeps an asyncio loop marked running in the test's thread, and Django refuses the
+ORM there, so the mark is only on while a test drives the browser (:meth:`Launched.driving`): after the data is
+made and until before pytest-django empties the database. Database work in the middle of a test goes through
+:func:`in_thread`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 from chat.web import jobs
 from sessions_app.models import ModelEndpoint, Workspace
 from testing.scripted_server import ScriptedServer
-from tests.browser.browser_kit import CHROMIUM, CHROMIUM_ARGS, PASSWORDS, Browser, World
+from tests.browser.browser_kit import CHROMIUM, CHROMIUM_ARGS, PASSWORDS, Browser, Launched, World
 
 
 @pytest.fixture(scope="session")
@@ -67,22 +69,32 @@ def world(transactional_db: None, cachet_url: str, tmp_path: Path, django_user_m
         yield World(cachet_url, model, workspace, endpoint, folder.resolve(), users)
 
 
-@pytest.fixture
-def browser(world: World) -> Iterator[Browser]:
+@pytest.fixture(scope="session")
+def launched() -> Iterator[Launched]:
+    """Chromium, launched once for the test process by Playwright's sync API."""
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (./test does it)")
     playwright = sync_playwright().start()
-    chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-    held = Browser(world, chromium)
+    running = Launched(playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS))
     try:
-        yield held
+        yield running
     finally:
-        for context in held.contexts:
-            context.close()
-        chromium.close()
-        playwright.stop()
-        jobs.wait_idle(timeout=20, cancel=True)
+        with running.driving():
+            running.browser.close()
+            playwright.stop()
+
+
+@pytest.fixture
+def browser(world: World, launched: Launched) -> Iterator[Browser]:
+    with launched.driving():
+        held = Browser(world, launched.browser)
+        try:
+            yield held
+        finally:
+            for context in held.contexts:
+                context.close()
+    jobs.wait_idle(timeout=20, cancel=True)
     assert held.foreign_requests() == [], "a page asked another host"
     assert held.errors == [], "a page logged an error"

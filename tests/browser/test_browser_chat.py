@@ -190,10 +190,11 @@ def test_undo_rewind_and_regenerate(browser: Browser, world: World) -> None:
 
 
 def test_stop_mid_reply_then_retry(browser: Browser, world: World) -> None:
-    world.model.push(Step(text=LONG_REPLY, chunk_size=2, delay=0.03), Step(text="A short answer this time."))
+    world.model.push(Step(text=LONG_REPLY, chunk_size=2, pause_at=(15,)), Step(text="A short answer this time."))
     page = browser.page("ada")
     start_session(page)
     send(page, "Tell me a long story")
+    assert world.model.wait_paused(1)  # the answer waits after 30 characters: stopped in the middle
     page.wait_for_function("() => (document.querySelector('#stream-1') || {}).textContent?.length > 20")
     page.click("#stop-button")
     expect(page.locator("#turn-1")).to_have_attribute("data-status", "interrupted")
@@ -210,13 +211,16 @@ def test_stop_mid_reply_then_retry(browser: Browser, world: World) -> None:
 
 
 def test_reload_mid_reply_two_tabs_and_closing_the_tab(browser: Browser, world: World) -> None:
-    world.model.push(Step(text=LONG_REPLY, chunk_size=2, delay=0.03))
+    # the answer stops after 40 and after 400 characters until the test lets it go on (``pause_at``), so the
+    # page is seen in the middle of the reply however fast the machine streams
+    world.model.push(Step(text=LONG_REPLY, chunk_size=2, pause_at=(20, 200)))
     first = browser.page("ada")
     session_id = start_session(first)
     second = browser.page("ada")
     second.goto(world.url + f"/sessions/{session_id}/")
     wait_idle(second)
     send(first, "Tell me a long story")
+    assert world.model.wait_paused(1)
     second.wait_for_function("() => (document.querySelector('#stream-1') || {}).textContent?.length > 30")
     # reloading shows the reply as far as it got, and it keeps streaming
     second.reload()
@@ -224,9 +228,12 @@ def test_reload_mid_reply_two_tabs_and_closing_the_tab(browser: Browser, world: 
     expect(second.locator("#turn-1")).to_have_attribute("data-status", "open")
     second.wait_for_function("() => (document.querySelector('#stream-1') || {}).textContent?.length > 30")
     shown = len(second.locator("#stream-1").text_content() or "")
+    world.model.resume()
+    assert world.model.wait_paused(2)
     second.wait_for_function(f"() => (document.querySelector('#stream-1') || {{}}).textContent?.length > {shown}")
     # the tab that asked closes; the reply goes on and the other tab sees it end
     first.close()
+    world.model.resume()
     expect(second.locator("#turn-1")).to_have_attribute("data-status", "done", timeout=30_000)
     expect(second.locator("#turn-1 .reply")).to_have_text(LONG_REPLY)
     text = second.locator("#turn-1 .reply").text_content()

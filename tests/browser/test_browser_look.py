@@ -119,10 +119,11 @@ def test_enter_before_the_session_is_ready_is_kept_and_sent_once_it_is(browser: 
 
 
 def test_esc_stops_a_running_reply_and_enter_meanwhile_says_why_it_waits(browser: Browser, world: World) -> None:
-    world.model.push(Step(text=LONG_REPLY, chunk_size=2, delay=0.03), Step(text="Short."))
+    world.model.push(Step(text=LONG_REPLY, chunk_size=2, pause_at=(15,)), Step(text="Short."))
     page = browser.page("ada")
     start_session(page)
     send(page, "Tell me a long story")
+    assert world.model.wait_paused(1)  # the answer waits after 30 characters: stopped in the middle
     page.wait_for_function("() => (document.querySelector('#stream-1') || {}).textContent?.length > 20")
     send(page, "And then?")
     expect(page.locator("#composer-wait")).to_contain_text("A reply is running")

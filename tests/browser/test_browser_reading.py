@@ -42,10 +42,14 @@ def copy(page: Any, button: Any, expected: str) -> None:
     shown = button.evaluate(
         """button => new Promise(resolve => {
              const seen = [];
-             const watch = new MutationObserver(() => seen.push(button.textContent));
+             const done = () => { watch.disconnect(); resolve(seen); };
+             const watch = new MutationObserver(() => {
+               seen.push(button.textContent);
+               if (seen.length >= 2) done();  // the label came back
+             });
              watch.observe(button, {childList: true, characterData: true, subtree: true});
              button.click();
-             setTimeout(() => { watch.disconnect(); resolve(seen); }, 2500);
+             setTimeout(done, 15000);
            })"""
     )
     assert shown == ["Copied", "Copy"], shown
@@ -125,10 +129,12 @@ def test_copy_works_where_the_page_gets_no_clipboard_api(browser: Browser, world
 
 def test_markdown_is_formatted_while_the_reply_streams(browser: Browser, world: World) -> None:
     text = "**Bold start** then a list:\n\n- item one\n- item two\n\n" + LONG_REPLY
-    world.model.push(Step(text=text, chunk_size=3, delay=0.03))
+    # the answer stops after "word6" until the page has been seen in the middle of it (``pause_at``)
+    world.model.push(Step(text=text, chunk_size=3, pause_at=(32,)))
     page = browser.page("ada")
     start_session(page)
     send(page, "Stream slowly")
+    assert world.model.wait_paused(1)
     live = page.locator("#live-1")
     expect(live.locator(".stream-md strong")).to_have_text("Bold start")
     expect(live.locator(".stream-md ul li")).to_have_count(2)
@@ -137,6 +143,7 @@ def test_markdown_is_formatted_while_the_reply_streams(browser: Browser, world: 
     page.wait_for_function("() => document.querySelector('#render-1').textContent.includes('word5')")
     expect(page.locator("#turn-1")).to_have_attribute("data-status", "open")
     screenshot(page, "reading-streaming")
+    world.model.resume()
     expect(page.locator("#turn-1")).to_have_attribute("data-status", "done", timeout=30_000)
     wait_idle(page)
     expect(page.locator("#turn-1 .reply strong")).to_have_text("Bold start")

@@ -34,20 +34,19 @@ from playwright.sync_api import expect
 from sessions_app.models import BreakCause, ModelEndpoint, ModelRequest, Turn, TurnStatus, Workspace
 from testing.scripted_server import ScriptedServer, Step
 from tests.browser.browser_kit import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     PASSWORDS,
     REPORT_VIOLATIONS,
+    Launched,
     in_thread,
     login,
     watch_errors,
 )
-from tests.redis_kit import REDIS, redis_client
+from tests.passwords import give_shipped_password
+from tests.redis_kit import RedisDatabase
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=15_000)  # as the other browser tests
 
-REDIS_DB = 14  # emptied before and after the test
 SECRET_KEY = "cachet-two-processes-test-secret-key-not-for-production"
 START_TIMEOUT = 45.0
 TIMEOUT_MS = 20_000
@@ -107,14 +106,12 @@ class Cluster:
 
 
 @pytest.fixture
-def redis_url() -> Iterator[str]:
-    client = redis_client(f"{REDIS}/{REDIS_DB}")
-    client.flushdb()
+def redis_url(redis_database: RedisDatabase) -> Iterator[str]:
+    redis_database.empty()
     try:
-        yield f"{REDIS}/{REDIS_DB}"
+        yield redis_database.url
     finally:
-        client.flushdb()
-        client.close()
+        redis_database.empty()
 
 
 def _wait_for_http(process: Process, deadline: float) -> None:
@@ -215,7 +212,8 @@ def setup(transactional_db: None, tmp_path: Path, django_user_model: Any) -> Ite
     folder.mkdir()
     (folder / "notes.md").write_text("".join(f"line {n} of the notes\n" for n in range(1, 41)))
     with ScriptedServer(model="scripted", when_empty=Step(fault="http500", text="script exhausted")) as model:
-        ada = django_user_model.objects.create_user(username="ada", password=PASSWORDS["ada"])
+        ada = django_user_model.objects.create_user(username="ada", password=None)
+        give_shipped_password(ada, PASSWORDS["ada"])  # the two Cachet processes check it
         workspace = Workspace.objects.create(name="demo", folder=str(folder.resolve()), allow_commands=False)
         endpoint = ModelEndpoint.objects.create(
             name="scripted", base_url=model.base_url, model="scripted", context_window=100_000
@@ -244,23 +242,16 @@ class Chromium:
 
 
 @pytest.fixture
-def chromium(setup: Setup, cluster: Cluster) -> Iterator[Chromium]:
-    """One browser context (so one login cookie) for both processes; started after the data is made."""
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (./test does it)")
-    playwright = sync_playwright().start()
-    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    context.add_init_script(REPORT_VIOLATIONS)
-    try:
-        yield Chromium(context)
-    finally:
-        context.close()
-        browser.close()
-        playwright.stop()
+def chromium(setup: Setup, cluster: Cluster, launched: Launched) -> Iterator[Chromium]:
+    """One browser context (so one login cookie) for both processes; opened after the data is made."""
+    with launched.driving():
+        context = launched.browser.new_context(viewport={"width": 1400, "height": 900})
+        context.set_default_timeout(TIMEOUT_MS)
+        context.add_init_script(REPORT_VIOLATIONS)
+        try:
+            yield Chromium(context)
+        finally:
+            context.close()
 
 
 def open_session(page: Any, url: str, session_id: int) -> None:
@@ -287,10 +278,12 @@ def streaming(page: Any, turn: int, seen: str, not_yet: str) -> None:
 def test_a_reply_started_in_one_process_streams_to_and_is_stopped_from_another(
     setup: Setup, cluster: Cluster, chromium: Chromium
 ) -> None:
+    # Each answer stops in the middle until the test has seen it there (``pause_at``): with the answers paced by
+    # time instead, a loaded machine showed the whole of one before the tab of B showed any part of it.
     setup.model.push(
         Step(text="Reading the notes first.", tool_calls=[("read", {"path": "notes.md"})]),
-        Step(text=STREAMED, chunk_size=3, delay=0.03),
-        Step(text=LONG_REPLY, chunk_size=2, delay=0.03),
+        Step(text=STREAMED, chunk_size=3, delay=0.01, pause_at=(12,)),  # after "word0 … word5 "
+        Step(text=LONG_REPLY, chunk_size=2, delay=0.01, pause_at=(40,)),  # after "story0 … story9 "
     )
     a, b, session_id = cluster.a, cluster.b, setup.session_id
     with cluster.logs_on_failure():
@@ -312,7 +305,9 @@ def test_a_reply_started_in_one_process_streams_to_and_is_stopped_from_another(
         first.press("#composer-text", "Enter")
         expect(second.locator("#turn-1 .words")).to_contain_text("What do the notes say?")
         expect(second.locator("#controls")).to_have_attribute("data-state", "running")
+        assert setup.model.wait_paused(1)
         streaming(second, 1, "word3 ", "word59")
+        setup.model.resume()
         tool = second.locator("#turn-1 .tool").first
         expect(tool.locator("summary")).to_contain_text("read")
         expect(tool.locator("summary")).to_contain_text("notes.md")
@@ -329,6 +324,13 @@ def test_a_reply_started_in_one_process_streams_to_and_is_stopped_from_another(
         # a long reply asked through process A is stopped from the tab served by process B
         first.fill("#composer-text", "Tell me a long story")
         first.press("#composer-text", "Enter")
+        assert setup.model.wait_paused(2), (
+            len(setup.model.requests),
+            first.locator("#notice").all_text_contents(),
+            first.locator("#composer-text").input_value(),
+            first.locator("#controls").get_attribute("data-state"),
+            in_thread(lambda: list(Turn.objects.filter(session_id=session_id).values_list("number", "status"))),
+        )
         streaming(second, 2, "story5 ", "story399")
         # a tab of process B that reloads mid-reply shows what the step streamed before it came back:
         # process A, which runs the reply, sends it through Redis

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import channels.layers
 import pytest
 from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 
+from cachet import channel_layer
 from cachet.channel_layer import LocalChannelLayer
+from tests.clock import Clock
 
 pytestmark = pytest.mark.asyncio
 
@@ -66,22 +69,27 @@ async def test_a_full_channel_refuses_a_send_and_is_skipped_by_a_group_send() ->
     assert (await layer.receive(free))["type"] == "y"
 
 
-async def test_expired_messages_are_dropped_with_their_channel_at_most_once_a_period() -> None:
+async def test_expired_messages_are_dropped_with_their_channel_at_most_once_a_period(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(channel_layer, "time", clock)
+    monkeypatch.setattr(channels.layers, "time", clock)
     layer = LocalChannelLayer(expiry=0, clean_seconds=0.2)
     channel = await layer.new_channel()
     await layer.group_add("tabs", channel)
     await layer.send(channel, {"type": "old"})
-    await asyncio.sleep(0.01)
+    clock.advance(0.01)
     await layer.group_send("tabs", {"type": "old"})  # the first clean: the expired message takes its channel away
     assert channel not in layer.channels
     assert channel not in layer.groups.get("tabs", {})
 
     await layer.group_add("tabs", channel)
     await layer.send(channel, {"type": "old"})
-    await asyncio.sleep(0.01)
+    clock.advance(0.01)
     await layer.group_send("tabs", {"type": "new"})  # within the period: nothing is looked at
     assert channel in layer.groups["tabs"]
 
-    await asyncio.sleep(0.25)
+    clock.advance(0.25)
     await layer.group_send("tabs", {"type": "later"})
     assert channel not in layer.groups.get("tabs", {})

@@ -48,15 +48,25 @@ def data() -> Iterator[Path]:
         shutil.rmtree(parent, ignore_errors=True)
 
 
-def _run(data: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _environment(data: Path) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
         if key not in {"DATABASE_URL", "SECRET_KEY", "XDG_RUNTIME_DIR", "PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS"}
     }
     env.update(CACHET_DATA=str(data), DJANGO_SETTINGS_MODULE="cachet.settings", PYTHONPATH=str(ROOT))
+    return env
+
+
+def _run(data: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=_environment(data),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
     return done
@@ -113,3 +123,29 @@ def test_migrate_starts_the_embedded_postgres_and_a_stopped_one_starts_again(dat
     )
     before, after = restart.stdout.split()
     assert before != after
+
+
+def test_processes_that_start_at_once_share_one_server_and_one_database(data: Path) -> None:
+    """Two test workers, or a web process and a worker, connect first at the same moment: one starts the server
+    and makes the database, the others wait for it (two ``CREATE DATABASE`` at once failed one of them)."""
+    ask = (
+        "import django; django.setup()\n"
+        "from django.db import connection\n"
+        "with connection.cursor() as c:\n"
+        "    c.execute('SELECT current_database()')\n"
+        "    print(c.fetchone()[0])\n"
+    )
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-c", ask],
+            cwd=ROOT,
+            env=_environment(data),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outputs = [process.communicate(timeout=120) for process in started]
+    assert [process.returncode for process in started] == [0, 0, 0], [err for _, err in outputs]
+    assert [out.strip() for out, _ in outputs] == ["cachet"] * 3

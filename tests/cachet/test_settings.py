@@ -15,7 +15,7 @@ from typing import Any
 from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 
-from tests.redis_kit import REDIS, redis_client
+from tests.redis_kit import RedisDatabase
 
 PRODUCTION_KEY = "tUv3kP9qXw2zR7mN4bJ8sL1cY6hG0fD5aE-x_QoWiVnTrMkSjZlHgF"
 UNREACHABLE_DATABASE = "postgres://cachet@127.0.0.1:9/cachet"  # settings and checks never connect
@@ -111,11 +111,13 @@ def test_hsts_can_be_set_apart_and_preloaded_on_request(tmp_path: Path) -> None:
     assert settings_under(tmp_path, USE_X_FORWARDED_HOST="true")["USE_X_FORWARDED_HOST"] is True
 
 
-def test_with_redis_a_consumer_idle_past_the_blocking_pop_still_gets_its_message(tmp_path: Path) -> None:
+def test_with_redis_a_consumer_idle_past_the_blocking_pop_still_gets_its_message(
+    tmp_path: Path, redis_database: RedisDatabase
+) -> None:
     """channels_redis pops with a 5 s block; a read timeout of the same 5 s (redis-py 8's default) made every
     idle consumer fail, and its tab's socket close, after 5 s."""
-    url = f"{REDIS}/13"
-    redis_client(url).close()
+    url = redis_database.url
+    redis_database.empty()
     layers = settings_under(tmp_path, ["CHANNEL_LAYERS"], REDIS_URL=url)["CHANNEL_LAYERS"]
     assert layers["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
     layer = RedisChannelLayer(**layers["default"]["CONFIG"])
@@ -130,7 +132,10 @@ def test_with_redis_a_consumer_idle_past_the_blocking_pop_still_gets_its_message
         await layer.flush()
         return message
 
-    assert asyncio.run(idle_then_message()) == {"type": "turn.event", "n": 1}
+    try:
+        assert asyncio.run(idle_then_message()) == {"type": "turn.event", "n": 1}
+    finally:
+        redis_database.empty()
 
 
 def check_deploy(tmp_path: Path, **values: str) -> subprocess.CompletedProcess[str]:

@@ -15,6 +15,7 @@ from django.utils import timezone
 from sessions_app.models import ChatSession, ModelEndpoint, Workspace
 from sessions_app.selectors.exports import session_export
 from sessions_app.services.sessions import session_start
+from tests.passwords import give_shipped_password
 from tests.serve_kit import Answer, Served, blocks, served, streamed_post
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -79,7 +80,8 @@ def _logged_in(cachet: Served, username: str) -> httpx.Client:
 
 @pytest.fixture
 def session(cachet: Served, django_user_model: Any) -> ChatSession:
-    ada = django_user_model.objects.create_superuser(username="ada", password=PASSWORD)
+    ada = django_user_model.objects.create_superuser(username="ada", password=None)
+    give_shipped_password(ada, PASSWORD)  # the served process checks it
     folder = cachet.data / "workspaces" / "team"
     folder.mkdir(parents=True, exist_ok=True)
     workspace = Workspace.objects.create(name="team", folder=str(folder))

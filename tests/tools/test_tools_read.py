@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -156,9 +155,7 @@ def test_huge_file_is_streamed(ws: Path, ctx: ToolContext) -> None:
     total = 2_000_001
     tracemalloc.start()
     try:
-        started = time.monotonic()
         outcome = read({"path": "huge.log", "offset": 1_999_990}, ctx)
-        elapsed = time.monotonic() - started
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -167,8 +164,7 @@ def test_huge_file_is_streamed(ws: Path, ctx: ToolContext) -> None:
     assert outcome.sha256 == digest.hexdigest()
     assert outcome.body.split("\n")[-1] == f"{total}: last line without newline"
     assert outcome.body.split("\n")[0] == f"1999990: {line.decode().rstrip()}"
-    assert peak < 20_000_000
-    assert elapsed < 20
+    assert peak < 20_000_000  # how long it takes: bench/bounds_bench.py
     middle = read({"path": "huge.log", "offset": 1_000_000, "limit": 3}, ctx)
     assert isinstance(middle, ReadOutcome)
     assert middle.body.split("\n")[0].startswith("1000000: 0123")

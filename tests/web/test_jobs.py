@@ -23,7 +23,8 @@ from chat.web.publisher import reply_group
 from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start
 from testing.scripted_server import ScriptedServer, Step
-from tests.redis_kit import REDIS, redis_client
+from tests.clock import Clock
+from tests.redis_kit import RedisDatabase, redis_client
 from tests.web.test_consumers import connected, cookie_for, idle, until
 
 
@@ -248,8 +249,11 @@ def test_one_thread_holds_the_baton_at_a_time_and_sets_it_down_while_it_waits() 
             work("first, after the model", 0.05)
         assert not baton.held
 
+    second_holds = threading.Event()
+
     def works() -> None:
         with baton.holding():
+            second_holds.set()
             work("second", 0.2)
 
     first = threading.Thread(target=waits_on_the_model)
@@ -257,7 +261,7 @@ def test_one_thread_holds_the_baton_at_a_time_and_sets_it_down_while_it_waits() 
     assert waiting_on_model.wait(5)
     second = threading.Thread(target=works)
     second.start()
-    time.sleep(0.05)
+    assert second_holds.wait(5)
     model_answered.set()  # the first wants the baton back while the second holds it
     first.join(5)
     second.join(5)
@@ -265,7 +269,11 @@ def test_one_thread_holds_the_baton_at_a_time_and_sets_it_down_while_it_waits() 
     assert most == 1
 
 
-def test_when_the_holder_overstays_its_patience_the_waiters_go_on_without_the_baton() -> None:
+def test_when_the_holder_overstays_its_patience_the_waiters_go_on_without_the_baton(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(jobs, "time", clock)  # the baton's clock: the patience runs out when the test says so
     baton = jobs.Baton(patience=0.1)
     taken = threading.Event()
     release = threading.Event()
@@ -273,18 +281,28 @@ def test_when_the_holder_overstays_its_patience_the_waiters_go_on_without_the_ba
     def holds() -> None:
         with baton.holding():
             taken.set()
-            release.wait(5)  # waits on something else without setting the baton down
+            release.wait(30)  # waits on something else without setting the baton down
 
     holder = threading.Thread(target=holds)
     holder.start()
     assert taken.wait(5)
-    started = time.monotonic()
-    with baton.holding():
-        assert not baton.held
-        with baton.set_down():
-            pass
-        assert not baton.held
-    assert 0.05 <= time.monotonic() - started < 2
+    went_on: list[bool] = []
+
+    def waits() -> None:
+        with baton.holding():
+            went_on.append(baton.held)
+            with baton.set_down():
+                pass
+            went_on.append(baton.held)
+
+    waiter = threading.Thread(target=waits)
+    waiter.start()
+    waiter.join(0.3)  # a while within the patience, by the baton's clock: the waiter still waits
+    assert waiter.is_alive() and went_on == []
+    clock.advance(0.1)  # the holder has now held it as long as the patience
+    waiter.join(30)
+    assert not waiter.is_alive() and went_on == [False, False], "went on without the baton"
+    assert holder.is_alive(), "while the holder still held it"
     release.set()
     holder.join(5)
     with baton.set_down():  # outside a job's work: nothing to set down, nothing taken after
@@ -324,27 +342,26 @@ def test_the_setting_has_a_floor_of_one(monkeypatch: pytest.MonkeyPatch) -> None
     assert slots.holding == 1
 
 
-REDIS_DB_URL = f"{REDIS}/12"  # emptied before and after
-
-
 @pytest_asyncio.fixture
-async def redis_layer() -> AsyncIterator[tuple[Any, Any]]:
-    """Channels' Redis layer as the settings make it with ``REDIS_URL``, and a plain client of the same Redis."""
+async def redis_layer(redis_database: RedisDatabase) -> AsyncIterator[tuple[Any, Any, RedisDatabase]]:
+    """Channels' Redis layer as the settings make it with ``REDIS_URL`` on this test process's own database of
+    Redis, emptied before and after, and a plain client of the same Redis."""
     from django.conf import settings  # the tests above take pytest-django's fixture of that name
 
-    client = redis_client(REDIS_DB_URL)
-    layer = RedisChannelLayer(hosts=[{"address": REDIS_DB_URL, "socket_timeout": settings.REDIS_SOCKET_TIMEOUT}])
-    await layer.flush()
-    yield layer, client
+    redis_database.empty()
+    client = redis_client(redis_database.url)
+    layer = RedisChannelLayer(hosts=[{"address": redis_database.url, "socket_timeout": settings.REDIS_SOCKET_TIMEOUT}])
+    yield layer, client, redis_database
     await layer.flush()
     client.close()
+    redis_database.empty()
 
 
 @pytest.mark.asyncio
 async def test_a_stop_reaches_a_reply_whose_listener_lost_redis_for_a_moment(
-    many_sessions: list[ChatSession], model: ScriptedServer, redis_layer: tuple[Any, Any]
+    many_sessions: list[ChatSession], model: ScriptedServer, redis_layer: tuple[Any, Any, RedisDatabase]
 ) -> None:
-    layer, client = redis_layer
+    layer, client, database = redis_layer
     session = many_sessions[0]
     model.push(Step(text=" ".join(f"w{n}" for n in range(600)), chunk_size=3, delay=0.01))
     job = jobs.Job(
@@ -354,10 +371,19 @@ async def test_a_stop_reaches_a_reply_whose_listener_lost_redis_for_a_moment(
     async with asyncio.timeout(10):
         while not model.requests:
             await asyncio.sleep(0.02)
-    listening = [c for c in client.client_list() if c.get("cmd") == "bzpopmin" and c.get("db") == "12"]
+    listening = [c for c in client.client_list() if c.get("cmd") == "bzpopmin" and c.get("db") == str(database.number)]
     assert len(listening) == 1, listening  # the job's listener, waiting for a Stop
     client.client_kill_filter(_id=listening[0]["id"])
-    await asyncio.sleep(0.1)
+
+    def listening_again() -> bool:
+        return any(
+            c.get("cmd") == "bzpopmin" and c.get("db") == str(database.number) and c["id"] != listening[0]["id"]
+            for c in client.client_list()
+        )
+
+    async with asyncio.timeout(10):
+        while not listening_again():  # the listener noticed the lost connection and listens on a new one
+            await asyncio.sleep(0.02)
     await layer.group_send(reply_group(session.pk), {"type": jobs.STOP})
     assert await sync_to_async(job.done.wait)(10), "the Stop reached the reply"
     turns = await sync_to_async(_turns)()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from html import unescape
 from xml.etree import ElementTree
 
@@ -229,9 +228,8 @@ def test_ordinary_sizes_still_render(source: str) -> None:
     ],
 )
 def test_deep_nesting_and_repetition_stay_bounded(source: str) -> None:
-    started = time.perf_counter()
+    """In size; in time, ``bench/bounds_bench.py`` measures it."""
     html = render_markdown(f"$${source}$$")
-    assert time.perf_counter() - started < 5
     assert len(html) < 30 * len(source)
 
 
