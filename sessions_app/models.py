@@ -119,6 +119,18 @@ class Generation(models.Model):
     # Set where a reply was compacted while it ran: turn ``covers_through_turn`` goes on in this generation,
     # its message and its steps after this one carried, the ones up to it summarized.
     resumes_after_step = models.PositiveIntegerField(null=True, blank=True)
+    # Set where a reply was compacted while it ran, with or without ``resumes_after_step``: this generation's
+    # requests send turn ``resumed_turn``'s message as ``resumed_message``, its words with the full note (workspace,
+    # model, mode, date, instructions) composed when the generation began, and not as the turn stores it (the
+    # message the generations before sent, kept as it was). ``resumed_note_*`` say what that note states, as
+    # ``Turn.note_*`` do.
+    resumed_turn = models.PositiveIntegerField(null=True, blank=True)
+    resumed_message = models.TextField(blank=True)
+    resumed_note_workspace = models.CharField(max_length=100, blank=True)
+    resumed_note_model = models.CharField(max_length=200, blank=True)
+    resumed_note_date = models.CharField(max_length=10, blank=True)
+    resumed_note_mode = models.CharField(max_length=8, blank=True)
+    resumed_note_instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 - None: not stated
     taken_back = models.BooleanField(default=False)
     revision = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -129,6 +141,13 @@ class Generation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} generation {self.number}"
+
+
+MESSAGE_FIELDS = ("message", "note_workspace", "note_model", "note_date", "note_mode", "note_instructions")
+"""A turn's message and what its note states; a generation's ``resumed_*`` fields hold the same of the turn it
+resumed, as it sends it."""
+RESUMED_FIELDS = ("resumed_turn", *(f"resumed_{name}" for name in MESSAGE_FIELDS))
+"""The fields of a generation that say how it sends the turn a compaction inside its reply left running."""
 
 
 class TurnStatus(models.TextChoices):

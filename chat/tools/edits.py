@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.hygiene.outcomes import EditOutcome, Outcome
 
-from .args import Args
+from .args import Arguments, checked
 from .context import ToolContext
 from .editing import create, load_existing, update
 from .errors import ToolError, shown
-from .files import clean
+from .files import as_crlf, clean, is_crlf
 from .paths import Root
 from .quota import commit_within_quota
 from .writes import check_parent
@@ -29,25 +29,23 @@ class Replacement:
 
 def edit(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """Replace ``old_string`` by ``new_string`` in a file; an empty ``old_string`` creates a new file."""
-    call = Args(args, "edit", ctx.config)
+    call = checked(args, "edit", ctx)
     given = call.text("path")
-    replacement = Replacement(
-        clean(call.text("old_string")), clean(call.text("new_string")), call.flag("replace_all", False)
-    )
+    replacement = Replacement(clean(call.text("old_string")), clean(call.text("new_string")), call.flag("replace_all"))
     return _apply(given, [replacement], ctx, numbered=False)
 
 
 def multiedit(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """Several replacements in one file, in order, all or none."""
-    call = Args(args, "multiedit", ctx.config)
+    call = checked(args, "multiedit", ctx)
     given = call.text("path")
-    replacements = _replacements(call)
+    replacements = _replacements(call, ctx.config)
     return _apply(given, replacements, ctx, numbered=True)
 
 
 def write(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """Write a whole file: created (with its folders) when new, else replaced and answered as a diff."""
-    call = Args(args, "write", ctx.config)
+    call = checked(args, "write", ctx)
     given = call.text("path")
     content = clean(call.text("content"))
     with Root(ctx) as root:
@@ -65,7 +63,13 @@ def write(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
 
 
 def replace_text(text: str, replacement: Replacement, path: str, config: ContextConfig) -> str:
-    """``text`` with the replacement made; in a CRLF file, ``\\n`` in the strings stands for ``\\r\\n``."""
+    """``text`` with the replacement made; ``\\n`` in the strings may stand for the file's ``\\r\\n``.
+
+    A CRLF file (every ``\\n`` after a ``\\r``) stays CRLF throughout: every line break the replacement
+    brings is ``\\r\\n``, a one-line ``old_string`` replaced by several lines too. In any other file an
+    ``old_string`` found only as ``\\r\\n`` lines gets ``\\r\\n`` breaks in its ``new_string``; otherwise
+    ``new_string`` is put as it is.
+    """
     old, new = replacement.old, replacement.new
     if old == new:
         raise ToolError(config.error("old_equals_new", path=shown(path)))
@@ -76,12 +80,13 @@ def replace_text(text: str, replacement: Replacement, path: str, config: Context
         crlf_old = old.replace("\n", "\r\n")
         count = text.count(crlf_old)
         if count:
-            old, new = crlf_old, new.replace("\r\n", "\n").replace("\n", "\r\n")
+            old, new = crlf_old, as_crlf(new)
     if count == 0:
         raise ToolError(config.error("old_string_missing", path=shown(path)))
     if count > 1 and not replacement.replace_all:
         raise ToolError(config.error("old_string_ambiguous", count=count, path=shown(path)))
-    return text.replace(old, new) if replacement.replace_all else text.replace(old, new, 1)
+    replaced = text.replace(old, new) if replacement.replace_all else text.replace(old, new, 1)
+    return as_crlf(replaced) if is_crlf(text) else replaced  # its own breaks are CRLF already: only new ones change
 
 
 def _apply(given: str, replacements: Sequence[Replacement], ctx: ToolContext, *, numbered: bool) -> Outcome:
@@ -121,19 +126,11 @@ def _replace_all_of(
     return text
 
 
-def _replacements(call: Args) -> list[Replacement]:
-    edits = call.values.get("edits")
-    if edits is None:
-        raise ToolError(call.config.error("missing_argument", tool=call.tool, name="edits"))
-    if not isinstance(edits, list) or not all(isinstance(item, Mapping) for item in edits):
-        raise call.wrong_type("edits", "expected_edits")
+def _replacements(call: Arguments, config: ContextConfig) -> list[Replacement]:
+    edits = call.items("edits")
     if not edits:
-        raise ToolError(call.config.error("no_edits"))
-    replacements = []
-    for item in edits:
-        inner = Args(item, call.tool, call.config)
-        old, new = item.get("old_string"), item.get("new_string")
-        if not isinstance(old, str) or not isinstance(new, str):
-            raise call.wrong_type("edits", "expected_edits")
-        replacements.append(Replacement(clean(old), clean(new), inner.flag("replace_all", False)))
-    return replacements
+        raise ToolError(config.error("no_edits"))
+    return [
+        Replacement(clean(item.text("old_string")), clean(item.text("new_string")), item.flag("replace_all"))
+        for item in edits
+    ]

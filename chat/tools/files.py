@@ -41,6 +41,16 @@ def encode_exact(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
+def is_crlf(text: str) -> bool:
+    """Whether ``text`` is a CRLF file: it has line breaks, and every ``\\n`` follows a ``\\r``."""
+    return "\r\n" in text and text.count("\r\n") == text.count("\n")
+
+
+def as_crlf(text: str) -> str:
+    """``text`` with every line break ``\\r\\n``: a ``\\n`` alone gets its ``\\r``; nothing else changes."""
+    return text.replace("\r\n", "\n").replace("\n", "\r\n")
+
+
 def split_lines(text: str) -> list[str]:
     """The lines of ``text``: split at ``\\n``, a final newline adds no line."""
     if not text:

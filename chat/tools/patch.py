@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from sessions_app.hygiene.outcomes import EditOutcome, FileChange, Outcome
 
-from .args import Args
+from .args import checked
 from .context import ToolContext
 from .editing import create, delete, load_existing, update
 from .errors import ToolError, shown
@@ -24,7 +24,7 @@ from .writes import PendingWrite, check_parent
 def apply_patch(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """Add, update, move and delete files as the patch says, all or none."""
     config = ctx.config
-    patch = clean(Args(args, "apply_patch", config).text("patch"))
+    patch = clean(checked(args, "apply_patch", ctx).text("patch"))
     touched: set[str] = set()
     changes: list[FileChange] = []
     writes: list[PendingWrite] = []

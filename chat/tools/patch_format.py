@@ -29,7 +29,7 @@ from typing import Literal
 from sessions_app.hygiene.config import ContextConfig
 
 from .errors import ToolError, shown
-from .files import split_lines
+from .files import is_crlf, split_lines
 
 BEGIN = "*** Begin Patch"
 END = "*** End Patch"
@@ -112,7 +112,7 @@ def parse_patch(patch: str, config: ContextConfig) -> list[FileOp]:
 def apply_hunks(text: str, hunks: Sequence[Hunk], path: str, config: ContextConfig) -> str:
     """``text`` with ``hunks`` applied; a final newline, or its absence, and CRLF line ends are kept."""
     lines = split_lines(text)
-    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
+    crlf = is_crlf(text)
     replacements: list[tuple[int, int, int, list[str]]] = []
     position = 0
     for number, hunk in enumerate(hunks, start=1):

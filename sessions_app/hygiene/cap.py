@@ -16,7 +16,8 @@ def cap_text(body: str, *, full_id: str, limits: CapLimits, config: ContextConfi
 
     Head and tail are whole lines, each counting its characters plus one for its newline, taken while
     both of their limits hold; the tail never overlaps the head. A first line that does not fit the head
-    whole is cut to ``head_chars`` characters and marked, and the elided line follows it even at 0.
+    whole is shown whole when its own characters (its newline not counted) are not over ``head_chars``, else
+    cut to ``head_chars`` characters and marked; either way the elided line follows it, even at 0.
     """
     if not is_over_cap(body, limits):
         return body
@@ -27,7 +28,12 @@ def cap_text(body: str, *, full_id: str, limits: CapLimits, config: ContextConfi
     if head_count:
         parts.append(body[:head_stop])
     elif limits.head_lines > 0 and line_total > 0:
-        parts.append(body[: limits.head_chars] + config.text("cut"))
+        first_end = body.find(NEWLINE, 0, end)
+        first_end = end if first_end == -1 else first_end
+        if first_end <= limits.head_chars:  # "over" is the line's own characters: exactly head_chars is whole
+            parts.append(body[:first_end])
+        else:
+            parts.append(body[: limits.head_chars] + config.text("cut"))
         head_count = 1
     tail_count, tail_start = _tail(body, end, line_total - head_count, limits)
     parts.append(config.text("elided", count=line_total - head_count - tail_count, id=full_id))

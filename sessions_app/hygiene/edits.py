@@ -10,6 +10,7 @@ from .dedupe import READ_KINDS, Kind, PriorResult
 from .ids import format_id
 from .lines import NEWLINE, content_end
 from .outcomes import EditOutcome, FileChange
+from .paths import bracket_path
 from .rendered import Rendered
 
 
@@ -95,10 +96,11 @@ def render_edit(*, number: int, outcome: EditOutcome, table: Sequence[PriorResul
 
 def _file_bracket(change: FileChange, full_id: str | None, config: ContextConfig) -> str:
     sha = change.sha256[: config.sha_digits]
+    path = bracket_path(change.path)
     if full_id is None:
         if change.action == "delete":
-            return config.text("file_deleted", path=change.path)
-        return config.text("file_bracket", path=change.path, sha=sha)
+            return config.text("file_deleted", path=path)
+        return config.text("file_bracket", path=path, sha=sha)
     if change.action == "delete":
-        return config.text("edit_deleted", id=full_id, path=change.path)
-    return config.text("edit_bracket", id=full_id, path=change.path, sha=sha)
+        return config.text("edit_deleted", id=full_id, path=path)
+    return config.text("edit_bracket", id=full_id, path=path, sha=sha)

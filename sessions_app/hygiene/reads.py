@@ -8,6 +8,7 @@ from .config import ContextConfig
 from .dedupe import Kind, PriorResult
 from .ids import format_id
 from .outcomes import ReadOutcome
+from .paths import bracket_path
 from .rendered import Rendered, with_bracket
 
 
@@ -35,13 +36,14 @@ def render_read(*, number: int, outcome: ReadOutcome, table: Sequence[PriorResul
     """
     full_id = format_id(number, config.id_digits)
     sha = outcome.sha256[: config.sha_digits]
+    path = bracket_path(outcome.path)
     if outcome.total_lines == 0:
-        inserted = config.text("read_empty", id=full_id, path=outcome.path, sha=sha)
+        inserted = config.text("read_empty", id=full_id, path=path, sha=sha)
         return _read_result(number, outcome, inserted, Kind.READ)
     bracket = config.text(
         "read_bracket",
         id=full_id,
-        path=outcome.path,
+        path=path,
         first=outcome.first_line,
         last=outcome.last_line,
         total=outcome.total_lines,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .config import ContextConfig
 from .ids import format_id
 from .lines import NEWLINE
+from .paths import table_path
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,12 @@ def compaction_table(reads: Sequence[TableRead], *, config: ContextConfig) -> st
 def _row(read: TableRead, config: ContextConfig) -> str:
     full_id = format_id(read.number, config.id_digits)
     sha = read.sha256[: config.sha_digits]
+    path = table_path(read.path)
     if read.total_lines == 0:
-        return config.text("table_row_empty", path=read.path, sha=sha, id=full_id)
+        return config.text("table_row_empty", path=path, sha=sha, id=full_id)
     return config.text(
         "table_row",
-        path=read.path,
+        path=path,
         first=read.first_line,
         last=read.last_line,
         total=read.total_lines,

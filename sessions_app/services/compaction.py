@@ -12,6 +12,7 @@ from sessions_app.models import BreakCause, ChatSession, Generation, Result, Res
 from sessions_app.selectors.sessions import current_generation, history_turns
 from sessions_app.services.revisions import revision_next
 from sessions_app.services.sessions import generation_create
+from sessions_app.services.turns import resumed_fields
 from sessions_app.text import storable
 
 
@@ -50,13 +51,19 @@ def compaction_apply(
     config: ContextConfig | None = None,
     within: Turn | None = None,
     after_step: int | None = None,
+    today: str | None = None,
+    instructions: str | None = None,
 ) -> Generation:
     """Start the next generation from ``summary``; an empty summary changes nothing.
 
     ``within``: the open turn whose reply is compacted while it runs. With ``after_step`` (0 or more) the summary
     covers its steps up to that one, and the reply goes on in the new generation with its message and its later
-    steps; without, the summary covers the turns before it, and the whole turn goes on.
+    steps; without, the summary covers the turns before it, and the whole turn goes on. Either way the new
+    generation sends that message with the full note, as of ``today`` and with the workspace's ``instructions``
+    (``resumed_fields``); the turn's stored message, which earlier requests sent, stays as it is.
     """
+    if within is not None and not today:
+        raise ValueError("a compaction inside a reply needs the date its note states")
     summary = storable(summary)
     session = ChatSession.objects.select_for_update(no_key=True).get(pk=session.pk)
     others_open = Turn.objects.filter(session=session, status=TurnStatus.OPEN)
@@ -78,6 +85,16 @@ def compaction_apply(
         session, generation=current, within=within, after_step=-1 if after_step is None else after_step
     )
     table = compaction_table(reads, config=config)
+    resumed = None
+    if within is not None:
+        resumed = resumed_fields(
+            session=session,
+            turn=within,
+            model_name=session.model_name,
+            today=today or "",
+            instructions=instructions,
+            config=config,
+        )
     number = Generation.objects.filter(session=session).count() + 1
     generation = generation_create(
         session=session,
@@ -89,6 +106,7 @@ def compaction_apply(
         table=table,
         covers_through_turn=last.number,
         resumes_after_step=after_step if within is not None else None,
+        resumed=resumed,
         config=config,
     )
     session.generation_number = number

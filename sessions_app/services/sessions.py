@@ -12,7 +12,17 @@ from sessions_app import prompts
 from sessions_app.errors import ReplyInProgress
 from sessions_app.hygiene import system_prompt_with_summary
 from sessions_app.hygiene.config import ContextConfig
-from sessions_app.models import BreakCause, ChatSession, Generation, Mode, ModelEndpoint, Turn, TurnStatus, Workspace
+from sessions_app.models import (
+    RESUMED_FIELDS,
+    BreakCause,
+    ChatSession,
+    Generation,
+    Mode,
+    ModelEndpoint,
+    Turn,
+    TurnStatus,
+    Workspace,
+)
 from sessions_app.selectors.requests import dumps
 from sessions_app.selectors.sessions import current_generation
 from sessions_app.services.locks import reply_lock
@@ -31,9 +41,11 @@ def generation_create(
     table: str = "",
     covers_through_turn: int | None = None,
     resumes_after_step: int | None = None,
+    resumed: dict[str, Any] | None = None,
     config: ContextConfig | None = None,
 ) -> Generation:
-    """A generation with its system prompt built now, as at a session's start, then frozen."""
+    """A generation with its system prompt built now, as at a session's start, then frozen. ``resumed``: the
+    values of its ``RESUMED_FIELDS``, where a compaction inside a reply left a turn running."""
     base = prompts.system_prompt()
     if summary:
         system = system_prompt_with_summary(base, summary=summary, table=table, config=config or prompts.rules_config())
@@ -51,6 +63,7 @@ def generation_create(
         table=table,
         covers_through_turn=covers_through_turn,
         resumes_after_step=resumes_after_step,
+        **(resumed or {}),
     )
 
 
@@ -118,6 +131,7 @@ def session_change_model(*, session: ChatSession, endpoint: ModelEndpoint, model
         table=current.table,
         covers_through_turn=current.covers_through_turn,
         resumes_after_step=current.resumes_after_step,
+        resumed={name: getattr(current, name) for name in RESUMED_FIELDS},
     )
     session.endpoint = endpoint
     session.model_name = model_name

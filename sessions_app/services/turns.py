@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -10,7 +12,7 @@ from sessions_app import prompts
 from sessions_app.errors import ReplyInProgress
 from sessions_app.hygiene import NOTHING_STATED, ComposedMessage, StatedContext, compose_message, stated_after
 from sessions_app.hygiene.config import ContextConfig
-from sessions_app.models import ChatSession, Generation, Step, StepDraft, Turn, TurnStatus
+from sessions_app.models import MESSAGE_FIELDS, ChatSession, Generation, Step, StepDraft, Turn, TurnStatus
 from sessions_app.selectors.sessions import current_generation, history_turns, last_live_turn
 from sessions_app.selectors.turns import turn_draft_text, turn_reply_text
 from sessions_app.services.durability import WITHOUT_WAITING, commit_without_waiting_for_disk
@@ -19,17 +21,24 @@ from sessions_app.services.rows import row_insert, row_stored, row_values
 from sessions_app.text import storable, storable_or_none
 from sessions_app.types import StoredCall
 
+NOTE_FIELDS = MESSAGE_FIELDS[1:]  # what a message's note states
+
 
 def stated_context(session: ChatSession, *, generation: Generation) -> StatedContext:
     """What the request being built last stated: the workspace, the model, the mode, the date and the
     workspace's instructions (its system prompt states none of them)."""
     stated = NOTHING_STATED
-    noted = history_turns(session, generation=generation).filter(
-        Q(note_instructions__isnull=False) | ~Q(note_workspace="", note_model="", note_mode="", note_date="")
-    )  # the turns whose message carried a note: a few in a long session, not every turn
-    for workspace, model, mode, date, instructions in noted.values_list(
-        "note_workspace", "note_model", "note_mode", "note_date", "note_instructions"
-    ):
+    carried_a_note = Q(note_instructions__isnull=False) | ~Q(
+        note_workspace="", note_model="", note_mode="", note_date=""
+    )
+    if generation.resumed_turn is not None:
+        carried_a_note |= Q(number=generation.resumed_turn)
+    noted = history_turns(session, generation=generation).filter(carried_a_note)
+    # the turns whose message carried a note: a few in a long session, not every turn
+    for number, *notes in noted.values_list("number", *NOTE_FIELDS):
+        if number == generation.resumed_turn:  # its note as this generation sends it
+            notes = [getattr(generation, f"resumed_{name}") for name in NOTE_FIELDS]
+        workspace, model, date, mode, instructions = notes
         stated = stated_after(
             stated,
             ComposedMessage(
@@ -86,6 +95,44 @@ def _composed(
     )
 
 
+def resumed_fields(
+    *,
+    session: ChatSession,
+    turn: Turn,
+    model_name: str,
+    today: str,
+    instructions: str | None,
+    config: ContextConfig | None = None,
+) -> dict[str, Any]:
+    """The ``RESUMED_FIELDS`` of a generation that a compaction inside ``turn``'s reply starts: the turn's words
+    with the full note, as the first message of a generation carries it (the workspace, ``model_name``, the mode
+    as it is now, ``today`` and the workspace's ``instructions``), and what that note states.
+
+    The turn keeps its stored message, which the generations before sent: nothing already sent is rewritten.
+    The new generation's requests send this one in its place (``RequestBuilder``), and its later messages are
+    noted against it (:func:`stated_context`)."""
+    composed = compose_message(
+        turn.words,
+        today=today,
+        workspace=session.workspace.name,
+        model=model_name,
+        mode=session.mode,
+        mode_text=prompts.mode_text(session.mode),
+        instructions=storable_or_none(instructions),
+        stated=NOTHING_STATED,
+        config=config or prompts.rules_config(),
+    )
+    return {
+        "resumed_turn": turn.number,
+        "resumed_message": storable(composed.text),
+        "resumed_note_workspace": composed.workspace_noted or "",
+        "resumed_note_model": composed.model_noted or "",
+        "resumed_note_date": composed.date_noted or "",
+        "resumed_note_mode": composed.mode_noted or "",
+        "resumed_note_instructions": composed.instructions_noted,
+    }
+
+
 def message_preview(
     *, session: ChatSession, words: str, today: str, instructions: str | None, config: ContextConfig | None = None
 ) -> str:
@@ -135,25 +182,27 @@ def turn_start(
 
 @transaction.atomic
 def turn_restart(*, session: ChatSession, like: Turn) -> Turn:
-    """A new open turn at the end of the live branch carrying ``like``'s stored message as it is (regenerate
-    takes ``like`` back and asks again with it: the new turn is its sibling)."""
+    """A new open turn at the end of the live branch carrying ``like``'s message as it is (regenerate takes
+    ``like`` back and asks again with it: the new turn is its sibling). Where the current generation resumed
+    ``like`` after a compaction inside its reply, that is the message as this generation sent it, full note
+    included: the new turn is the first of the generation, whose first message carries the full note."""
     session = _locked(session)
     number = _next_turn_number(session)
     session.save(update_fields=["next_turn_number", "updated_at"])
     parent, position = _branch_end(session)
+    generation = current_generation(session)
+    if generation.resumed_turn == like.number:
+        message = {name: getattr(generation, f"resumed_{name}") for name in MESSAGE_FIELDS}
+    else:
+        message = {name: getattr(like, name) for name in MESSAGE_FIELDS}
     return Turn.objects.create(
         session=session,
         number=number,
         parent=parent,
         position=position,
-        generation_id=current_generation(session).pk,
+        generation_id=generation.pk,
         words=like.words,
-        message=like.message,
-        note_workspace=like.note_workspace,
-        note_model=like.note_model,
-        note_date=like.note_date,
-        note_mode=like.note_mode,
-        note_instructions=like.note_instructions,
+        **message,
         mode=session.mode,
         revision=revision_next(session.pk),
     )

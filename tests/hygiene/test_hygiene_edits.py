@@ -68,6 +68,22 @@ def test_create_and_delete(config: ContextConfig) -> None:
     assert deleted.inserted_text == "[#0024 old.md deleted]" and deleted.full_text == ""
 
 
+def test_paths_with_line_breaks_keep_every_bracket_one_line(config: ContextConfig) -> None:
+    reply = Reply(config)
+    updated = reply.call(1, EditOutcome((update("a\nb.ts", SHA_B),)))
+    assert updated.inserted_text.split("\n")[0] == "[#0001 a\\nb.ts sha 7d0a91c3]"
+    created = reply.call(2, EditOutcome((create("new\r\n.md", SHA_C, 2),)))
+    assert created.inserted_text == "[#0002 new\\r\\n.md sha 52b6e3a0] Created, 2 lines."
+    deleted = reply.call(3, EditOutcome((delete("old\n.md"),)))
+    assert deleted.inserted_text == "[#0003 old\\n.md deleted]"
+    several = reply.call(4, EditOutcome((update("a\nb.ts", SHA_A), create("c|\n", SHA_C, 1), delete("d\r")), True))
+    assert several.inserted_text == (
+        "[#0004]\n[a\\nb.ts sha 1c9e04ab]\n@@ -12,3 +12,3 @@\n a\n-b\n+B\n c\n"
+        "[c|\\n sha 52b6e3a0] Created, 1 lines.\n[d\\r deleted]"
+    )
+    assert several.full_text == several.inserted_text.removeprefix("[#0004]\n"), "recall shows the same brackets"
+
+
 def test_the_stale_notice_follows_the_created_line(config: ContextConfig) -> None:
     reply = Reply(config)
     reply.call(1, read("docs/new.md", SHA_A))

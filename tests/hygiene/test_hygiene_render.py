@@ -71,6 +71,21 @@ def test_read_bracket_and_body(config: ContextConfig) -> None:
     assert rendered.sha256 == sha and rendered.abs_path == "/ws/big.txt"
 
 
+def test_a_path_with_line_breaks_keeps_the_bracket_one_line(config: ContextConfig) -> None:
+    reply = Reply(config)
+    text = "x\n"
+    sha8 = hashlib.sha256(text.encode()).hexdigest()[:8]
+    full = reply.call("read", {"path": "a\nb|c\r.txt"}, read_of(text, 1, 2000, path="a\nb|c\r.txt"))
+    assert full.inserted_text == f"[#0001 a\\nb|c\\r.txt lines 1-1 of 1 sha {sha8}]\n1: x"
+    stub = reply.call("read", {"path": "a\nb|c\r.txt", "limit": 1}, read_of(text, 1, 1, path="a\nb|c\r.txt"))
+    assert stub.inserted_text.split("\n") == [
+        f"[#0002 a\\nb|c\\r.txt lines 1-1 of 1 sha {sha8}]",
+        "Unchanged since #0001, which already shows lines 1-1.",
+    ]
+    empty = reply.call("read", {"path": "e\n"}, read_of("", 1, 2000, path="e\n", abs_path="/ws/e\n"))
+    assert empty.inserted_text == "[#0003 e\\n empty sha e3b0c442]"
+
+
 def test_conformance_example_stub(config: ContextConfig) -> None:
     reply = Reply(config)
     first = reply.call("read", {"path": "big.txt", "limit": 200}, read_of(BIG, 1, 200))

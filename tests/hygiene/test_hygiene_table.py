@@ -24,6 +24,15 @@ def test_spec_example(config: ContextConfig) -> None:
     assert compaction_table(reads, config=config) == HEAD + "| src/app.ts | 1-200 of 340 | 1c9e04ab | #0012 |"
 
 
+def test_a_path_with_a_bar_or_line_breaks_stays_one_row_of_four_columns(config: ContextConfig) -> None:
+    reads = [
+        TableRead(1, "a|b.ts", "/ws/a|b.ts", 1, 2, 2, SHA),
+        TableRead(2, "c\nd\r.ts", "/ws/c\nd\r.ts", 1, 0, 0, EMPTY),
+    ]
+    rows = compaction_table(reads, config=config).removeprefix(HEAD).split("\n")
+    assert rows == ["| a\\|b.ts | 1-2 of 2 | 1c9e04ab | #0001 |", "| c\\nd\\r.ts | empty | e3b0c442 | #0002 |"]
+
+
 def test_newest_read_per_file_newest_last(config: ContextConfig) -> None:
     reads = [
         TableRead(1, "a.ts", "/ws/a.ts", 1, 10, 10, SHA),

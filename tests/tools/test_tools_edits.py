@@ -55,6 +55,54 @@ def test_edit_in_a_crlf_file_takes_lf_strings(ws: Path, ctx: ToolContext) -> Non
     assert (ws / "dos.txt").read_bytes() == b"uno\r\ndos\r\nthree\r\n"
 
 
+def test_a_crlf_file_stays_crlf_throughout_new_lines_included(ws: Path, ctx: ToolContext) -> None:
+    """A one-line old_string replaced by several lines, a new_string with CRLF or mixed breaks, several edits
+    in a row, an old_string ending in the \\r of a line end: the bytes read back are CRLF throughout, and the
+    diff (where \\r before \\n is not shown) is the change of those bytes."""
+    path = ws / "dos.txt"
+    path.write_bytes(b"a\r\nb\r\n")
+    change = only(edit({"path": "dos.txt", "old_string": "b", "new_string": "c\nd"}, ctx))
+    assert path.read_bytes() == b"a\r\nc\r\nd\r\n"
+    assert change.diff == "@@ -1,2 +1,3 @@\n a\n-b\n+c\n+d"
+    assert change.sha256 == sha(path.read_bytes())
+    only(edit({"path": "dos.txt", "old_string": "a", "new_string": "x\r\ny\nz\n"}, ctx))
+    assert path.read_bytes() == b"x\r\ny\r\nz\r\n\r\nc\r\nd\r\n"
+    only(
+        multiedit(
+            {
+                "path": "dos.txt",
+                "edits": [
+                    {"old_string": "c", "new_string": "c1\nc2"},
+                    {"old_string": "d\r", "new_string": "D"},
+                    {"old_string": "\n\n", "new_string": "\n"},
+                ],
+            },
+            ctx,
+        )
+    )
+    assert path.read_bytes() == b"x\r\ny\r\nz\r\nc1\r\nc2\r\nD\r\n"
+
+
+def test_a_file_that_is_not_crlf_throughout_keeps_what_new_string_says(ws: Path, ctx: ToolContext) -> None:
+    path = ws / "mixed.txt"
+    path.write_bytes(b"a\r\nb\nc\r\n")
+    only(edit({"path": "mixed.txt", "old_string": "b", "new_string": "b1\nb2"}, ctx))
+    assert path.read_bytes() == b"a\r\nb1\nb2\nc\r\n"
+    only(edit({"path": "mixed.txt", "old_string": "c\n", "new_string": "c\nd\n"}, ctx))
+    assert path.read_bytes() == b"a\r\nb1\nb2\nc\r\nd\r\n", "found only as CRLF lines: their new lines CRLF"
+    (ws / "lf.txt").write_bytes(b"a\nb\n")
+    only(edit({"path": "lf.txt", "old_string": "b", "new_string": "c\r\nd"}, ctx))
+    assert (ws / "lf.txt").read_bytes() == b"a\nc\r\nd\n"
+
+
+def test_write_writes_exactly_the_content_it_is_given(ws: Path, ctx: ToolContext) -> None:
+    path = ws / "dos.txt"
+    path.write_bytes(b"a\r\nb\r\n")
+    change = only(write({"path": "dos.txt", "content": "a\r\nb\nc\n"}, ctx))
+    assert path.read_bytes() == b"a\r\nb\nc\n"
+    assert change.diff == "@@ -1,2 +1,3 @@\n a\n-b\n+b\n+c", "the changed line end shows as a changed line"
+
+
 def test_edit_replace_all_and_errors(ws: Path, ctx: ToolContext) -> None:
     (ws / "c.txt").write_text("x = 1\nx = 1\n")
     path = ws / "c.txt"

@@ -119,6 +119,15 @@ def test_lenient_readings(files: Path, ctx: ToolContext) -> None:
     assert change.diff == "@@ -1,3 +1,3 @@\n one\n-two  \n+2\n three"
 
 
+def test_a_crlf_file_stays_crlf_throughout_new_lines_included(files: Path, ctx: ToolContext) -> None:
+    (files / "dos.txt").write_bytes(b"a\r\nb\r\nc")
+    (change,) = changes(apply_patch(patch("*** Update File: dos.txt", " a", "-b", "+b1", "+b2", "+b3"), ctx))
+    assert (files / "dos.txt").read_bytes() == b"a\r\nb1\r\nb2\r\nb3\r\nc"
+    assert change.diff == "@@ -1,3 +1,5 @@\n a\n-b\n+b1\n+b2\n+b3\n c"
+    changes(apply_patch(patch("*** Update File: dos.txt", " b3", " c", "+d", "*** End of File"), ctx))
+    assert (files / "dos.txt").read_bytes() == b"a\r\nb1\r\nb2\r\nb3\r\nc\r\nd"
+
+
 def test_context_line_repeated_as_first_context(files: Path, ctx: ToolContext) -> None:
     changes(
         apply_patch(
