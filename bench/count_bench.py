@@ -110,7 +110,7 @@ def measure(name: str, base_url: str, *, sizes: list[int], bytes_per_token_guess
     from chat.agent.budget import estimate_tokens
     from sessions_app import prompts
 
-    default_ratio = float(prompts.loop_settings()["bytes_per_token_before_usage"])
+    default_ratio = prompts.loop_settings().bytes_per_token_before_usage
 
     def server_count(request: Request) -> int:
         prompt = server_api.apply_template(base_url, request.messages, tools=request.tools, timeout=120)

@@ -1,4 +1,4 @@
-"""Runs conformance case files (``../shared/CONFORMANCE.md``) through the reply loop the browser and ``ask`` use.
+"""Runs conformance case files (``docs/conformance.md``) through the reply loop the browser and ``ask`` use.
 
 The case plays the model (:class:`CaseModel`): a tool step is the model calling that tool, a reply step its
 text, a compact step its summary; undo, rewind, regenerate and compact are the loop's own actions, and a
@@ -22,7 +22,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from chat.agent.events import Compacted, ReplyEvent, ResultStored, TurnEnded, TurnStarted
+from chat.agent.events import Compacted, ReplyEvent, RequestStarted, ResultStored, TurnEnded, TurnStarted
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import Completion, StreamPiece, TextPiece, ToolCall, ToolCallPiece
 from chat.agent.workspace import sandbox_settings
@@ -30,7 +30,7 @@ from chat.tools import tool_list
 from chat.tools.sandbox import give_to_commands
 from sessions_app import prompts
 from sessions_app.errors import StoreError
-from sessions_app.models import ChatSession, ModelEndpoint, Workspace
+from sessions_app.models import ChatSession, Generation, ModelEndpoint, RequestKind, Workspace
 from sessions_app.services.sessions import session_set_mode, session_start
 
 ACTIONS = (
@@ -104,6 +104,8 @@ def load_cases(path: Path) -> list[dict[str, Any]]:
         _check_workspace(where, case.get("workspace", {}))
         if not isinstance(case.get("config", {}), dict):
             raise FormatError(f"{where}: config must be an object")
+        if "window" in case and not (_is_count(case["window"]) and case["window"] > 0):
+            raise FormatError(f"{where}: window must be a whole number of tokens, at least 1")
         steps = case.get("steps")
         if not isinstance(steps, list) or not steps:
             raise FormatError(f"{where} has no steps")
@@ -239,8 +241,9 @@ class _CaseAnswer:
     case when it is read, not when it is asked for: the loop sends the next request before it yields the
     results of the step before, and the case gives the next answer only once it has seen them."""
 
-    def __init__(self, model: CaseModel) -> None:
+    def __init__(self, model: CaseModel, prompt_tokens: int) -> None:
         self.model = model
+        self.prompt_tokens = prompt_tokens
         self.completion: Completion | None = None
 
     def start(self, *, wait: bool = True) -> None:
@@ -263,7 +266,7 @@ class _CaseAnswer:
             reasoning="",
             tool_calls=calls,
             finish_reason="tool_calls" if calls else "stop",
-            prompt_tokens=None,
+            prompt_tokens=self.prompt_tokens,
             cached_tokens=None,
             completion_tokens=None,
             usage=None,
@@ -274,7 +277,8 @@ class _CaseAnswer:
         )
 
 
-CASE_WINDOW = 2_000_000_000  # the runner's model has no context window to pass
+CASE_WINDOW = 2_000_000_000  # the runner's model has no context window to pass, unless a case gives one
+CASE_BYTES_PER_TOKEN = 4  # the runner's model counts a prompt of N bytes as N / 4 tokens, rounded up
 
 
 class CaseModel:
@@ -287,7 +291,7 @@ class CaseModel:
         self.calls = 0
 
     def stream(self, body: bytes, *, cancel: threading.Event) -> _CaseAnswer:
-        return _CaseAnswer(self)
+        return _CaseAnswer(self, -(-len(body) // CASE_BYTES_PER_TOKEN))
 
     def next_answer(self) -> tuple[_Answer, str]:
         """The case's next answer, with the id its call (if any) gets."""
@@ -395,10 +399,13 @@ class CaseRun:
             assert isinstance(started, TurnStarted)
             return StepText(started.turn.message)
         if "compact" in step:
-            self._start(self.loop.compact())
-            self.model.answers.append(_Answer(text=str(step["compact"])))
-            compacted = [event for event in self._finish() if isinstance(event, Compacted)]
-            generation = compacted[0].generation
+            summary = _Answer(text=str(step["compact"]))
+            generation = self._compacted_in_reply(summary) if self.reply_open else None
+            if generation is None:
+                self._start(self.loop.compact())
+                self.model.answers.append(summary)
+                compacted = [event for event in self._finish() if isinstance(event, Compacted)]
+                generation = compacted[0].generation
             return StepText(generation.system_prompt, table=generation.table)
         if "set_mode" in step:
             session_set_mode(session=self.session, mode=str(step["set_mode"]))
@@ -410,6 +417,20 @@ class CaseRun:
             built = self.loop.next_request()
             return StepText(render_request(built.messages, built.tools), roles=[m["role"] for m in built.messages])
         raise StepFailure("no action")
+
+    def _compacted_in_reply(self, summary: _Answer) -> Generation | None:
+        """Where the open reply's next request asks for a summary (it would not fit the window, so the reply is
+        compacted while it runs), answer it, and go on until the reply's next request is sent from the new
+        generation; ``None`` where it asks for the next step, the reply still open."""
+        started = self._until(RequestStarted)
+        if not isinstance(started, RequestStarted) or started.request.kind != RequestKind.COMPACTION:
+            return None
+        self.model.answers.append(summary)
+        compacted = self._until(Compacted)
+        if not isinstance(compacted, Compacted):
+            raise StepFailure("the compaction inside the reply made no new generation")
+        self._until(RequestStarted)
+        return compacted.generation
 
     def _tool(self, name: str, args: Any) -> StepText:
         self._ensure_reply()
@@ -477,12 +498,16 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
                         "context_window": CASE_WINDOW,
                     },
                 )
+                window = int(case.get("window", CASE_WINDOW))
+                if endpoint.window != window:
+                    endpoint.context_window, endpoint.server_context_window = window, None
+                    endpoint.save(update_fields=["context_window", "server_context_window"])
                 session = session_start(
                     owner=_user(),
                     workspace=workspace,
                     endpoint=endpoint,
                     model_name="conformance",
-                    tools=tool_list(allow_commands=workspace.allow_commands),
+                    tools=tool_list(allow_commands=workspace.allow_commands, config=config),
                     mode=str(case.get("mode", "edit")),
                 )
                 model = CaseModel()

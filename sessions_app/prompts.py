@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -28,9 +30,46 @@ def loop_json() -> dict[str, Any]:
     return _load_json(path, path.stat().st_mtime)
 
 
-def loop_settings() -> dict[str, Any]:
-    loop: dict[str, Any] = loop_json()["loop"]
-    return loop
+@dataclass(frozen=True)
+class LoopSettings:
+    """The reply loop's numbers and texts, from ``loop.json`` ``loop``."""
+
+    max_steps: int
+    step_limit_text: str
+    edit_max_bytes: int
+    run_timeout: int
+    run_max_timeout: int
+    grep_timeout: float
+    grep_max_bytes: int
+    run_memory_bytes: int
+    run_max_processes: int
+    run_file_max_bytes: int
+    run_output_max_bytes: int
+    answer_room_tokens: int
+    bytes_per_token_before_usage: float
+    too_large_text: str
+
+
+_FIELD_TYPES: dict[str, type[int | float | str]] = {"int": int, "float": float, "str": str}
+
+
+def loop_settings_of(loop: Mapping[str, Any]) -> LoopSettings:
+    """:class:`LoopSettings` from a ``loop`` object; a key it lacks is a ``KeyError`` naming it."""
+    values: dict[str, Any] = {
+        field.name: _FIELD_TYPES[str(field.type)](loop[field.name]) for field in fields(LoopSettings)
+    }
+    return LoopSettings(**values)
+
+
+@cache
+def _loop_settings(path: Path, mtime: float) -> LoopSettings:
+    return loop_settings_of(_load_json(path, mtime)["loop"])
+
+
+def loop_settings() -> LoopSettings:
+    """The loop's settings, read once per version of ``loop.json``."""
+    path = prompts_dir() / "loop.json"
+    return _loop_settings(path, path.stat().st_mtime)
 
 
 def rules_config(override: dict[str, Any] | None = None) -> ContextConfig:

@@ -157,6 +157,8 @@ def test_cases_pass_where_a_real_workspace_is_named_workspace(tmp_path: Path) ->
         json.dumps(
             {"format": 1, "cases": [{"name": "odd", "spec": "§1", "workspace": {"x": 3}, "steps": [{"user": "a"}]}]}
         ),
+        json.dumps({"format": 1, "cases": [{"name": "w", "spec": "§7", "window": "big", "steps": [{"user": "a"}]}]}),
+        json.dumps({"format": 1, "cases": [{"name": "w", "spec": "§7", "window": 0, "steps": [{"user": "a"}]}]}),
     ],
     ids=[
         "not-json",
@@ -172,6 +174,8 @@ def test_cases_pass_where_a_real_workspace_is_named_workspace(tmp_path: Path) ->
         "contains-not-a-list",
         "workspace-outside",
         "workspace-entry",
+        "window-not-a-number",
+        "window-zero",
     ],
 )
 def test_a_file_not_in_the_format_exits_2(tmp_path: Path, content: str) -> None:
@@ -181,6 +185,26 @@ def test_a_file_not_in_the_format_exits_2(tmp_path: Path, content: str) -> None:
     assert code == 2
     assert lines == []
     assert str(path) in err
+
+
+def test_a_compact_step_answers_the_summary_a_reply_asks_for_when_its_window_is_full(tmp_path: Path) -> None:
+    """With a small ``window`` the reply compacts while it runs and the compact step answers its summary
+    request; with the default window the same steps end the reply first and compact after it."""
+    steps: list[dict[str, Any]] = [
+        {"user": "one"},
+        {"reply": "done"},
+        {"user": "read a.txt then b.txt"},
+        {"tool": "read", "args": {"path": "a.txt"}},
+        {"tool": "read", "args": {"path": "b.txt"}},
+        {"compact": "Summary.", "expect_contains": ["| a.txt | 1-600 of 600 |"]},
+    ]
+    workspace = {"a.txt": {"lines": 600, "line": "alpha {n}"}, "b.txt": {"lines": 300, "line": "omega {n}"}}
+    went_on = {"request": True, "expect_roles": ["system", "user", "assistant", "tool"]}  # the reply, from b.txt on
+    inside = {"name": "inside", "spec": "§7", "window": 6200, "workspace": workspace, "steps": [*steps, went_on]}
+    covered = {"request": True, "expect_roles": ["system"]}  # every turn summarized
+    after = {"name": "after", "spec": "§7", "workspace": workspace, "steps": [*steps, covered]}
+    code, lines, _ = run(write(tmp_path, "window.json", [inside, after]))
+    assert (code, lines) == (0, ["ok inside", "ok after", "2 passed, 0 failed"])
 
 
 def test_a_missing_file_exits_2(tmp_path: Path) -> None:

@@ -97,7 +97,7 @@ class RequestTooLarge(Exception):
     def __init__(self, needed: int, window: int) -> None:
         self.needed = needed
         self.window = window
-        text = str(prompts.loop_settings()["too_large_text"])
+        text = prompts.loop_settings().too_large_text
         super().__init__(text.format(needed=f"{needed:,}", window=f"{window:,}"))
 
 
@@ -118,10 +118,8 @@ class RequestCounter:
         self.asks_server = True
         self.window = window
         self.auto_at = prompts.rules_config().compaction_auto_at
-        self.answer_room = min(
-            int(loop["answer_room_tokens"]), window.tokens - math.floor(self.auto_at * window.tokens)
-        )
-        self.default_ratio = float(loop["bytes_per_token_before_usage"])
+        self.answer_room = min(loop.answer_room_tokens, window.tokens - math.floor(self.auto_at * window.tokens))
+        self.default_ratio = loop.bytes_per_token_before_usage
         done = ModelRequest.objects.filter(session=session, status=RequestStatus.DONE, prompt_tokens__gt=0)
         recent = list(done.order_by("-id").values_list("bytes_sent", "prompt_tokens", "body_sha256")[:RATIO_REQUESTS])
         self.bytes_seen = sum(row[0] for row in recent)

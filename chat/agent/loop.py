@@ -84,7 +84,13 @@ from sessions_app.selectors.requests import (
     build_request,
     previous_request,
 )
-from sessions_app.selectors.sessions import current_generation, history_turns, session_standing, workspace_refusal
+from sessions_app.selectors.sessions import (
+    current_generation,
+    history_turns,
+    session_by_id,
+    session_standing,
+    workspace_refusal,
+)
 from sessions_app.services.compaction import compaction_apply
 from sessions_app.services.locks import reply_lock
 from sessions_app.services.requests import (
@@ -198,7 +204,7 @@ class ReplyLoop:
         self.cancel = cancel or threading.Event()
         self.config = config or prompts.rules_config()
         self.date = date
-        self.max_steps = max_steps or settings.CACHET_MAX_STEPS or int(prompts.loop_settings()["max_steps"])
+        self.max_steps = max_steps or settings.CACHET_MAX_STEPS or prompts.loop_settings().max_steps
         self.timeouts = client_timeouts or timeouts()
         self.requests: list[ModelRequest] = []
         self._given_model = model
@@ -248,7 +254,7 @@ class ReplyLoop:
             logger.exception("session %s: could not keep the last request's bytes", self.session.pk)
 
     def _refresh(self) -> ChatSession:
-        self.session = ChatSession.objects.select_related("workspace", "endpoint").get(pk=self.session.pk)
+        self.session = session_by_id(session_id=self.session.pk)
         return self.session
 
     @property
@@ -370,7 +376,14 @@ class ReplyLoop:
         if not completion.text.strip():
             raise EmptySummary()
         generation = compaction_apply(
-            session=self.session, summary=completion.text, config=self.config, within=within, after_step=after_step
+            session=self.session,
+            summary=completion.text,
+            config=self.config,
+            within=within,
+            after_step=after_step,
+            # the reply goes on in the new generation with its message carrying the full note, as of now
+            today=(self.date or today()) if within is not None else None,
+            instructions=read_instructions(self.session) if within is not None else None,
         )
         self._refresh()
         yield Compacted(generation)
@@ -712,7 +725,7 @@ class ReplyLoop:
             if self.cancel.is_set():
                 raise ModelCancelled(STOPPED, url=self.model.url)
         yield from self._release()
-        limit = str(prompts.loop_settings()["step_limit_text"]).format(steps=self.max_steps)
+        limit = prompts.loop_settings().step_limit_text.format(steps=self.max_steps)
         return turn_finish(turn=turn, unstored=limit)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sessions_app.hygiene.outcomes import ListingOutcome, Outcome
 
-from .args import Args
+from .args import checked
 from .context import ToolContext
 from .errors import shown
 from .paths import Root
@@ -17,9 +17,9 @@ from .walk import entries, shows_as_folder
 def list_(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """The entries of a folder, sorted. A symlink is shown by its own path, as a folder only when it
     leads to a folder inside the workspace."""
-    call = Args(args, "list", ctx.config)
+    call = checked(args, "list", ctx)
     with Root(ctx) as root:
-        folder = root.resolve(call.text("path", "."))
+        folder = root.resolve(call.text("path"))
         listed = entries(root.require_folder(folder), folder.path)
         lines = sorted(shown(entry.path) + ("/" if shows_as_folder(root, entry) else "") for entry in listed)
     return ListingOutcome("\n".join(lines) if lines else ctx.config.text("no_matches"))

@@ -9,7 +9,7 @@ from typing import BinaryIO
 
 from sessions_app.hygiene.outcomes import Outcome, ReadOutcome
 
-from .args import Args
+from .args import checked
 from .context import ToolContext
 from .errors import ToolError, shown
 from .files import is_binary
@@ -36,10 +36,8 @@ WHOLE_LINE = 2**60
 def read(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """Lines ``offset`` to ``offset + limit - 1`` of a text file, as ``N: text``."""
     config = ctx.config
-    call = Args(args, "read", config)
-    given = call.text("path")
-    offset = call.number("offset", 1, minimum=1)
-    limit = min(call.number("limit", config.read_window, minimum=1), config.read_window)
+    call = checked(args, "read", ctx)
+    given, offset, limit = call.text("path"), call.number("offset"), call.number("limit")
     line_chars = WHOLE_LINE
     with open_file(ctx, given) as (path, handle):
         scan = scan_window(handle, offset, offset + limit - 1, line_chars * 4)

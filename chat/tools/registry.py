@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from sessions_app.hygiene.config import ContextConfig
 from sessions_app.hygiene.outcomes import ErrorOutcome, Outcome
 
 from .context import ToolContext
@@ -18,7 +19,7 @@ from .patch import apply_patch
 from .read import read
 from .recall import recall
 from .run import run
-from .schemas import SCHEMAS
+from .schemas import SchemaValues, tool_schemas
 from .search import glob, grep
 
 Category = Literal["read", "write", "command"]
@@ -27,29 +28,24 @@ ToolFunction = Callable[[Mapping[str, object], ToolContext], Outcome]
 
 @dataclass(frozen=True)
 class Tool:
-    """A tool: its name, what runs it, the schema offered to the model, and its category."""
+    """A tool: its name, what runs it, and its category. Its schema is ``loop.json``'s (:mod:`.schemas`)."""
 
     name: str
     function: ToolFunction
-    schema: dict[str, Any]
     category: Category
 
 
-def _tool(name: str, function: ToolFunction, category: Category) -> Tool:
-    return Tool(name, function, SCHEMAS[name], category)
-
-
 TOOLS: tuple[Tool, ...] = (
-    _tool("read", read, "read"),
-    _tool("list", list_, "read"),
-    _tool("glob", glob, "read"),
-    _tool("grep", grep, "read"),
-    _tool("recall", recall, "read"),
-    _tool("edit", edit, "write"),
-    _tool("multiedit", multiedit, "write"),
-    _tool("write", write, "write"),
-    _tool("apply_patch", apply_patch, "write"),
-    _tool("run", run, "command"),
+    Tool("read", read, "read"),
+    Tool("list", list_, "read"),
+    Tool("glob", glob, "read"),
+    Tool("grep", grep, "read"),
+    Tool("recall", recall, "read"),
+    Tool("edit", edit, "write"),
+    Tool("multiedit", multiedit, "write"),
+    Tool("write", write, "write"),
+    Tool("apply_patch", apply_patch, "write"),
+    Tool("run", run, "command"),
 )
 TOOLS_BY_NAME: dict[str, Tool] = {tool.name: tool for tool in TOOLS}
 MODE_CATEGORIES: dict[str, frozenset[Category]] = {
@@ -70,9 +66,16 @@ def offered(*, allow_commands: bool) -> tuple[Tool, ...]:
     return tuple(tool for tool in TOOLS if tool.category != "command" or allow_commands)
 
 
-def tool_list(*, allow_commands: bool) -> list[dict[str, Any]]:
-    """The schemas of the tools a session offers, for the request's ``tools``, in a fixed order."""
-    return [json.loads(json.dumps(tool.schema)) for tool in offered(allow_commands=allow_commands)]
+def tool_list(*, allow_commands: bool, config: ContextConfig | None = None) -> list[dict[str, Any]]:
+    """The schemas of the tools a session offers, for the request's ``tools``, in a fixed order: ``loop.json``'s,
+    with the windows of ``config`` (default: ``loop.json``'s own) and the loop's ``run`` timeouts."""
+    from sessions_app import prompts  # here: chat.tools imports no Django (a sandbox user's Python imports it)
+
+    config = config or prompts.rules_config()
+    loop = prompts.loop_settings()
+    values = SchemaValues(config.read_window, config.recall_window, loop.run_timeout, loop.run_max_timeout)
+    schemas = tool_schemas(config.tools, values)
+    return [schemas[tool.name].offered() for tool in offered(allow_commands=allow_commands)]
 
 
 def listed_names(tools: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sessions_app.hygiene.outcomes import Outcome, OutputOutcome
 
 from . import quota
-from .args import Args
+from .args import checked
 from .context import ToolContext
 from .errors import ToolError
 from .paths import workspace_root
@@ -96,9 +96,8 @@ class Ran:
 def run(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """Run ``command`` with ``/bin/sh -c`` in the workspace's sandbox; its output as it came, then how it ended."""
     config = ctx.config
-    call = Args(args, "run", config)
-    command = call.text("command")
-    timeout = min(call.number("timeout", ctx.run_timeout, minimum=1), ctx.run_max_timeout)
+    call = checked(args, "run", ctx)
+    command, timeout = call.text("command"), call.number("timeout")
     quota.refuse_when_full(ctx)
     ran = execute(command, timeout, ctx)
     if ran.ending is Ending.TIMED_OUT:

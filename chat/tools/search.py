@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sessions_app.hygiene.outcomes import ListingOutcome, Outcome
 
-from .args import Args
+from .args import checked
 from .context import ToolContext
 from .errors import ToolError, shown
 from .files import SNIFF_BYTES, is_binary
@@ -22,11 +22,11 @@ from .walk import Entry, is_workspace_file, walk_folders
 
 def glob(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """The files below ``path`` whose path relative to it matches ``pattern``, sorted."""
-    call = Args(args, "glob", ctx.config)
+    call = checked(args, "glob", ctx)
     pattern = call.text("pattern")
     found: set[str] = set()
     with Root(ctx) as root:
-        folder = root.resolve(call.text("path", "."))
+        folder = root.resolve(call.text("path"))
         root.require_folder(folder)
         base, pattern = _anchor(pattern, folder.path, root.path, ctx)
         start = folder if base == folder.path else root.resolve(".")
@@ -79,9 +79,9 @@ def grep(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """Lines matching a Rust regex (ripgrep) in the files at or below ``path``, as ``PATH:LINE: text``,
     sorted by path then line. Files ``.gitignore`` ignores, hidden and binary files are skipped."""
     config = ctx.config
-    call = Args(args, "grep", config)
-    query = RgQuery(call.text("pattern"), call.flag("ignore_case", False), call.optional_text("glob"))
-    given = call.text("path", ".")
+    call = checked(args, "grep", ctx)
+    query = RgQuery(call.text("pattern"), call.flag("ignore_case"), call.optional_text("glob"))
+    given = call.text("path")
     with open_searched(given, ctx) as target:
         if target.is_folder:
             found = rg_search(query, ctx, folder_fd=target.fd)

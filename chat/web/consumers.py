@@ -5,9 +5,10 @@ relays what the session's group is sent; the reply itself never depends on this 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any
+from typing import Any, Generic, TypedDict, TypeVar
 
 from channels.auth import get_user
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
@@ -74,10 +75,135 @@ def _too_large(text_data: str | None, *, size: int, limit: int) -> list[Op]:
     return ops
 
 
-# Messages that start a job or change the model: they need to know whether a reply runs.
-_ACTING = frozenset({"send", "undo", "rewind", "regenerate", "edit", "flip", "compact", "model"})
-# Messages that change the session: refused where its owner may no longer use its workspace. Stop is not one.
-_CHANGING = _ACTING | {"mode"}
+Frame = Mapping[str, object]
+"""A tab's message as it came: a JSON object, ``type`` naming the request."""
+
+
+@dataclass(frozen=True)
+class Notice:
+    """What a tab is told instead of acting on a request it sent wrong."""
+
+    text: str
+    level: str = "error"
+
+
+class Nothing(TypedDict):
+    """A request that carries nothing but its type (live, stop, compact)."""
+
+
+class Hello(TypedDict):
+    """What the tab shows: the session revision, the oldest turn on it, the last bar of its chart (0: none)."""
+
+    rev: int
+    first: int
+    bar: int
+
+
+class Said(TypedDict):
+    """The person's words, not blank, as they were typed."""
+
+    text: str
+
+
+class Restore(TypedDict):
+    """Whether taking turns back restores the files they changed."""
+
+    restore: bool
+
+
+class Rewind(TypedDict):
+    turn: int
+    restore: bool
+
+
+class Edited(TypedDict):
+    turn: int
+    text: str
+    restore: bool
+
+
+class Flip(TypedDict):
+    turn: int
+
+
+class ModeChoice(TypedDict):
+    mode: str
+
+
+class ModelChoice(TypedDict):
+    """The model menu's choice as sent (``ID`` or ``ID:MODEL``, checked when it is used) and a model typed."""
+
+    endpoint: object
+    model: str
+
+
+def _nothing(frame: Frame) -> Nothing:
+    return Nothing()
+
+
+def _hello(frame: Frame) -> Hello:
+    return Hello(
+        rev=_number(frame.get("rev")) or 0, first=_number(frame.get("first")) or 0, bar=_number(frame.get("bar")) or 0
+    )
+
+
+def _said(frame: Frame) -> Said | Notice:
+    text = frame.get("text")
+    if not isinstance(text, str) or not text.strip():
+        return Notice("Write a message first.", level="info")
+    return Said(text=text)
+
+
+def _restore(frame: Frame) -> Restore:
+    return Restore(restore=_flag(frame.get("restore")))
+
+
+def _rewind(frame: Frame) -> Rewind | Notice:
+    number = _number(frame.get("turn"))
+    if number is None:
+        return Notice("Rewind needs the number of a turn.")
+    return Rewind(turn=number, restore=_flag(frame.get("restore")))
+
+
+def _edited(frame: Frame) -> Edited | Notice:
+    number = _number(frame.get("turn"))
+    if number is None:
+        return Notice("Editing needs the number of a turn.")
+    said = _said(frame)
+    if isinstance(said, Notice):
+        return said
+    return Edited(turn=number, text=said["text"], restore=_flag(frame.get("restore")))
+
+
+def _flip(frame: Frame) -> Flip | Notice:
+    number = _number(frame.get("turn"))
+    if number is None:
+        return Notice("Switching branches needs the number of a turn.")
+    return Flip(turn=number)
+
+
+def _mode_choice(frame: Frame) -> ModeChoice:
+    return ModeChoice(mode=str(frame.get("mode")))
+
+
+def _model_choice(frame: Frame) -> ModelChoice:
+    model = frame.get("model")
+    return ModelChoice(endpoint=frame.get("endpoint"), model=model if isinstance(model, str) else "")
+
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class _Request(Generic[P]):
+    """A request a tab may send: how its frame is read, what the consumer does with it, whether it acts (starts a
+    job or changes the model: it needs to know whether a reply runs) and whether it changes the session (refused
+    where its owner may no longer use its workspace; every acting request does)."""
+
+    read: Callable[[Frame], P | Notice]
+    act: Callable[[SessionConsumer, P, ChatSession], Awaitable[None]]
+    acting: bool = False
+    changing: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,16 +218,16 @@ class _Asker:
     refused: WorkspaceRefused | None = None
 
 
-def _asker(scope: dict[str, Any], session_id: int, *, kind: object) -> _Asker:
-    """Everything a message of ``kind`` needs from the store, on one connection."""
+def _asker(scope: dict[str, Any], session_id: int, *, acting: bool, changing: bool) -> _Asker:
+    """Everything a request needs from the store, on one connection."""
     user = get_user.func({**scope, "session": _fresh_session(scope)})
     if not user.is_authenticated:
         return _Asker(user, None, False)
     session = session_get(owner=user, session_id=session_id)
     if session is None:
         return _Asker(user, None, False)
-    refused = workspace_refusal(session=session) if kind in _CHANGING else None
-    return _Asker(user, session, refused is None and kind in _ACTING and _running(session_id), refused)
+    refused = workspace_refusal(session=session) if changing or acting else None
+    return _Asker(user, session, refused is None and acting and _running(session_id), refused)
 
 
 @dataclass(frozen=True)
@@ -110,10 +236,10 @@ class _ModelChanged:
     revision: int
 
 
-def _model_change(session: ChatSession, endpoint: object, model: object) -> _ModelChanged | None:
+def _model_change(session: ChatSession, endpoint: object, model: str) -> _ModelChanged | None:
     """Change the session's model as the message asks; ``None`` when it already is that one."""
     choice = parse_model_choice(endpoint)
-    model_name = model_for(choice, model if isinstance(model, str) else "")
+    model_name = model_for(choice, model)
     if (choice.endpoint.pk, model_name) == (session.endpoint_id, session.model_name):
         return None
     window = fragments.chart_window(session)
@@ -194,7 +320,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def receive_json(self, content: dict[str, Any], **kwargs: Any) -> None:
         kind = content.get("type")
-        asker = await store_call(_asker)(self.scope, self.session_id, kind=kind)
+        request = REQUESTS.get(kind) if isinstance(kind, str) else None
+        acting, changing = (request.acting, request.changing) if request is not None else (False, False)
+        asker = await store_call(_asker)(self.scope, self.session_id, acting=acting, changing=changing)
         if not asker.user.is_authenticated:
             await self.close(code=LOGGED_OUT)
             return
@@ -206,41 +334,24 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if asker.refused is not None:
             await self.refuse(content, asker.refused)
             return
-        restore = _flag(content.get("restore"))
-        if kind == "hello":
-            await self.hello(content)
-        elif kind == "live":
-            await jobs.ask_live(self.session_id, self.channel_name)
-        elif kind == "send":
-            await self.send_message(content.get("text"))
-        elif kind == "stop":
-            await jobs.stop(self.session_id)
-        elif kind == "undo":
-            await self.start(jobs.Undo(restore=restore))
-        elif kind == "rewind":
-            number = _number(content.get("turn"))
-            if number is None:
-                await self.notice("Rewind needs the number of a turn.")
-                return
-            await self.start(jobs.Rewind(turn=number, restore=restore))
-        elif kind == "regenerate":
-            await self.start(jobs.Regenerate(restore=restore))
-        elif kind == "edit":
-            await self.edit(_number(content.get("turn")), content.get("text"), restore=restore)
-        elif kind == "flip":
-            number = _number(content.get("turn"))
-            if number is None:
-                await self.notice("Switching branches needs the number of a turn.")
-                return
-            await self.start(jobs.Flip(turn=number))
-        elif kind == "compact":
-            await self.start(jobs.Compact())
-        elif kind == "mode":
-            await self.set_mode(session, content.get("mode"))
-        elif kind == "model":
-            await self.change_model(session, content.get("endpoint"), content.get("model"))
-        else:
-            await self.notice(f"Cachet does not know the request {str(kind)[:40]!r}.")
+        if request is None:
+            await self.notice(self.unknown(kind))
+            return
+        await self.perform(request, content, session)
+
+    async def perform(self, request: _Request[P], frame: Frame, session: ChatSession) -> None:
+        """Read the frame as ``request`` says, then act on it; a frame it cannot take gets its notice."""
+        payload = request.read(frame)
+        if isinstance(payload, Notice):
+            await self.notice(payload.text, level=payload.level)
+            return
+        await request.act(self, payload, session)
+
+    @staticmethod
+    def unknown(kind: object) -> str:
+        if not isinstance(kind, str):
+            return "Cachet could not read that message (its type is not the name of a request)."
+        return f"Cachet does not know the request {kind[:40]!r}."
 
     async def refuse(self, content: dict[str, Any], refused: WorkspaceRefused) -> None:
         """Say why the session is read-only; the words of a refused send or edit go back into the box."""
@@ -250,34 +361,42 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             ops.insert(0, fragments.composer_put(text))
         await self.show(*ops)
 
-    async def hello(self, content: dict[str, Any]) -> None:
+    async def hello(self, hello: Hello, session: ChatSession) -> None:
         """Bring the tab from what it shows to what is stored, then ask the running reply for its live text."""
-        state = PageState(
-            revision=_number(content.get("rev")) or 0,
-            first_turn=_number(content.get("first")) or 0,
-            last_bar=_number(content.get("bar")) or 0,
-        )
+        state = PageState(revision=hello["rev"], first_turn=hello["first"], last_bar=hello["bar"])
         caught = await store_call(catch_up)(self.session_id, state)
         for text in caught.messages:
             await self.send(text_data=text)
         if caught.running or jobs.busy(self.session_id):
             await jobs.ask_live(self.session_id, self.channel_name)
 
-    async def send_message(self, text: object) -> None:
-        if not isinstance(text, str) or not text.strip():
-            await self.notice("Write a message first.", level="info")
-            return
-        if not await self.start(jobs.Send(words=text.strip())):
-            await self.show(fragments.composer_put(text))
+    async def live(self, nothing: Nothing, session: ChatSession) -> None:
+        await jobs.ask_live(self.session_id, self.channel_name)
 
-    async def edit(self, number: int | None, text: object, *, restore: bool) -> None:
-        if number is None:
-            await self.notice("Editing needs the number of a turn.")
-            return
-        if not isinstance(text, str) or not text.strip():
-            await self.notice("Write a message first.", level="info")
-            return
-        await self.start(jobs.Edit(turn=number, words=text.strip(), restore=restore))
+    async def send_message(self, said: Said, session: ChatSession) -> None:
+        if not await self.start(jobs.Send(words=said["text"].strip())):
+            await self.show(fragments.composer_put(said["text"]))
+
+    async def stop(self, nothing: Nothing, session: ChatSession) -> None:
+        await jobs.stop(self.session_id)
+
+    async def undo(self, restore: Restore, session: ChatSession) -> None:
+        await self.start(jobs.Undo(restore=restore["restore"]))
+
+    async def rewind(self, rewind: Rewind, session: ChatSession) -> None:
+        await self.start(jobs.Rewind(turn=rewind["turn"], restore=rewind["restore"]))
+
+    async def regenerate(self, restore: Restore, session: ChatSession) -> None:
+        await self.start(jobs.Regenerate(restore=restore["restore"]))
+
+    async def edit(self, edited: Edited, session: ChatSession) -> None:
+        await self.start(jobs.Edit(turn=edited["turn"], words=edited["text"].strip(), restore=edited["restore"]))
+
+    async def flip(self, flip: Flip, session: ChatSession) -> None:
+        await self.start(jobs.Flip(turn=flip["turn"]))
+
+    async def compact(self, nothing: Nothing, session: ChatSession) -> None:
+        await self.start(jobs.Compact())
 
     async def start(self, action: jobs.Action) -> bool:
         if jobs.busy(self.session_id) or self.running:
@@ -287,9 +406,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         await self.show(fragments.notice_put(""))
         return True
 
-    async def set_mode(self, session: ChatSession, mode: object) -> None:
+    async def set_mode(self, choice: ModeChoice, session: ChatSession) -> None:
         try:
-            session = await store_call(session_set_mode)(session=session, mode=str(mode))
+            session = await store_call(session_set_mode)(session=session, mode=choice["mode"])
         except ValueError as error:
             await self.notice(str(error))
             return
@@ -298,13 +417,13 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.channel_layer.group_send(session_group(self.session_id), {"type": MESSAGE_TYPE, "text": text})
         await self.notice(f"Mode {session.mode}: it takes effect as a note on your next message.", level="info")
 
-    async def change_model(self, session: ChatSession, endpoint: object, model: object) -> None:
+    async def change_model(self, choice: ModelChoice, session: ChatSession) -> None:
         """Move the session to another endpoint or model, between replies; every tab of it shows the change."""
         if self.running:
             await self.notice(MODEL_REFUSED_RUNNING)
             return
         try:
-            change = await store_call(_model_change)(session, endpoint, model)
+            change = await store_call(_model_change)(session, choice["endpoint"], choice["model"])
         except ReplyInProgress:
             await self.notice(MODEL_REFUSED_RUNNING)
             return
@@ -317,3 +436,20 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         group = session_group(self.session_id)
         for text in pack(change.ops, rev=change.revision):
             await self.channel_layer.group_send(group, {"type": MESSAGE_TYPE, "text": text})
+
+
+# Every request a tab may send, by its type. Stop changes nothing of the session: a removed member may still stop.
+REQUESTS: dict[str, _Request[Any]] = {
+    "hello": _Request(_hello, SessionConsumer.hello),
+    "live": _Request(_nothing, SessionConsumer.live),
+    "send": _Request(_said, SessionConsumer.send_message, acting=True),
+    "stop": _Request(_nothing, SessionConsumer.stop),
+    "undo": _Request(_restore, SessionConsumer.undo, acting=True),
+    "rewind": _Request(_rewind, SessionConsumer.rewind, acting=True),
+    "regenerate": _Request(_restore, SessionConsumer.regenerate, acting=True),
+    "edit": _Request(_edited, SessionConsumer.edit, acting=True),
+    "flip": _Request(_flip, SessionConsumer.flip, acting=True),
+    "compact": _Request(_nothing, SessionConsumer.compact, acting=True),
+    "mode": _Request(_mode_choice, SessionConsumer.set_mode, changing=True),
+    "model": _Request(_model_choice, SessionConsumer.change_model, acting=True),
+}

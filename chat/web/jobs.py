@@ -35,6 +35,7 @@ from chat.web.messages import Put, pack
 from chat.web.publisher import Publisher, Relay, _Send, _Snapshot, reply_group
 from sessions_app.errors import StoreError, person_message
 from sessions_app.models import ChatSession
+from sessions_app.selectors.sessions import session_by_id
 
 logger = logging.getLogger(__name__)
 
@@ -366,7 +367,7 @@ class Job:
         started_turn = False
         try:
             close_old_connections()
-            session = ChatSession.objects.select_related("workspace", "endpoint").get(pk=self.session_id)
+            session = session_by_id(session_id=self.session_id)
             publisher = Publisher(session, put=self.relay.put, reply_to=self.reply_to, label=self.action.label)
             publisher.group([fragments.controls_put(running=True, label=self.action.label)])
             for event in self.action.events(ReplyLoop(session, cancel=self.cancel, waiting=self._waiting)):

@@ -56,7 +56,8 @@ from chat.web.display import (
     transcript_page,
 )
 from chat.web.messages import Op, live_messages, pack, utf16_length
-from sessions_app.models import ChatSession, ModelRequest, RequestKind, RequestStatus, Result, Step
+from sessions_app.models import ChatSession, RequestKind, Result, Step
+from sessions_app.selectors.requests import finished_requests, last_time_to_first_token
 
 logger = logging.getLogger(__name__)
 
@@ -325,10 +326,9 @@ class Publisher:
         self.put = put
         self.reply_to = reply_to
         self.label = label
-        finished = ModelRequest.objects.filter(session=session).exclude(status=RequestStatus.SENDING)
+        finished = finished_requests(session=session)
         self.bars = finished.count()
-        last = finished.exclude(time_to_first_token=None).order_by("-id").first()
-        self.last_ttft = last.time_to_first_token if last is not None else None
+        self.last_ttft = last_time_to_first_token(finished)
         self.shown_bars: dict[int, chart.Bar] = {}
         self.window = fragments.chart_window(session)
         self.shown: _ShownTurn | None = None  # the turn this reply runs, as the tabs were shown it

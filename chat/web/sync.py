@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from chat.web import chart, fragments
 from chat.web.display import PAGE_TURNS, CompactionView, transcript_page, turn_views
 from chat.web.messages import Op, pack
-from sessions_app.models import ChatSession, Generation, ModelRequest, RequestStatus, Turn, TurnStatus
-from sessions_app.selectors.sessions import compactions
+from sessions_app.models import ChatSession, Generation, ModelRequest, Turn, TurnStatus
+from sessions_app.selectors.requests import finished_requests, last_time_to_first_token
+from sessions_app.selectors.sessions import compactions, session_by_id
 from sessions_app.services.locks import reply_running
 
 
@@ -36,7 +37,7 @@ class CatchUp:
 
 def catch_up(session_id: int, state: PageState) -> CatchUp:
     """The messages that bring a tab from ``state`` to the session as stored now."""
-    session = ChatSession.objects.select_related("workspace", "endpoint").get(pk=session_id)
+    session = session_by_id(session_id=session_id)
     revision = session.revision
     running = reply_running(session)
     ops: list[Op] = []
@@ -97,7 +98,7 @@ def _model_changed(session: ChatSession, state: PageState) -> bool:
 
 
 def _bar_changes(session: ChatSession, state: PageState) -> list[Op]:
-    finished = ModelRequest.objects.filter(session=session).exclude(status=RequestStatus.SENDING)
+    finished = finished_requests(session=session)
     missing = list(finished.filter(id__gt=state.last_bar).select_related("turn").order_by("id")[: chart.SHOWN_BARS + 1])
     if not missing:
         return []
@@ -105,17 +106,14 @@ def _bar_changes(session: ChatSession, state: PageState) -> list[Op]:
     first_index = before.count() + 1
     if len(missing) > chart.SHOWN_BARS or not state.last_bar:
         return [chart_page_put(session)]
-    previous = before.exclude(time_to_first_token=None).order_by("-id").first()
-    bars = chart.bars_of(
-        missing, first_index=first_index, ttft_before=previous.time_to_first_token if previous else None
-    )
+    bars = chart.bars_of(missing, first_index=first_index, ttft_before=last_time_to_first_token(before))
     window = fragments.chart_window(session)
     return [fragments.bar_put(bar, window=window) for bar in bars]
 
 
 def chart_requests(session: ChatSession) -> tuple[list[ModelRequest], int, int]:
     """The last requests the page's chart shows, how many earlier ones it leaves out, and the first's index."""
-    finished = ModelRequest.objects.filter(session=session).exclude(status=RequestStatus.SENDING)
+    finished = finished_requests(session=session)
     requests = list(reversed(finished.select_related("turn").order_by("-id")[: chart.SHOWN_BARS]))
     total = finished.count() if len(requests) == chart.SHOWN_BARS else len(requests)
     more = total - len(requests)

@@ -11,6 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.middleware import HtmxDetails
 
 from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.tools import tool_list
@@ -20,7 +21,8 @@ from chat.web.forms import ImportForm, ModelChangeForm, NewSessionForm, RenameFo
 from chat.web.sync import chart_requests
 from sessions_app import prompts
 from sessions_app.hygiene import count_lines, line_window
-from sessions_app.models import ChatSession, Mode, ModelRequest, RequestStatus, Theme, Turn
+from sessions_app.models import ChatSession, Mode, Theme, Turn
+from sessions_app.selectors.requests import finished_requests
 from sessions_app.selectors.search import SEARCH_LIMIT, session_search
 from sessions_app.selectors.sessions import (
     endpoint_list,
@@ -33,6 +35,12 @@ from sessions_app.selectors.sessions import (
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_delete, session_rename, session_start
 from sessions_app.services.settings import theme_set
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request as ``HtmxMiddleware`` leaves it: ``htmx`` says whether htmx sent it, and how."""
+
+    htmx: HtmxDetails
 
 
 def _user(request: HttpRequest) -> User:
@@ -79,11 +87,11 @@ def home_context(request: HttpRequest) -> dict[str, Any]:
 
 @login_required
 @require_GET
-def home(request: HttpRequest) -> HttpResponse:
+def home(request: HtmxHttpRequest) -> HttpResponse:
     """The session list, with the search box: a search shows the best matches with a snippet each. An htmx
     request (the box as one types) gets the results alone."""
     context = home_context(request)
-    if request.headers.get("HX-Request") and not request.headers.get("HX-History-Restore-Request"):
+    if request.htmx and not request.htmx.history_restore_request:
         return render(request, "chat/_session_results.html", context)
     return render(request, "chat/home.html", context)
 
@@ -181,40 +189,40 @@ def session_turn_source(request: HttpRequest, session_id: int, number: int) -> H
 
 @login_required
 @require_POST
-def session_rename_view(request: HttpRequest, session_id: int) -> HttpResponse:
+def session_rename_view(request: HtmxHttpRequest, session_id: int) -> HttpResponse:
     session = _session(request, session_id)
     form = RenameForm(request.POST)
     if form.is_valid():
         session = session_rename(session=session, title=form.cleaned_data["title"])
-    if request.headers.get("HX-Request"):
+    if request.htmx:
         return render(request, "chat/_session_item.html", {"session": session})
     return redirect("home")
 
 
 @login_required
 @require_POST
-def session_delete_view(request: HttpRequest, session_id: int) -> HttpResponse:
+def session_delete_view(request: HtmxHttpRequest, session_id: int) -> HttpResponse:
     session = _session(request, session_id)
     if reply_running(session):
         message = "A reply is running in this session; stop it before deleting the session."
-        if request.headers.get("HX-Request"):
+        if request.htmx:
             return render(request, "chat/_session_item.html", {"session": session, "error": message})
         return HttpResponse(message, status=409, content_type="text/plain")
     session_delete(session=session)
-    if request.headers.get("HX-Request"):
+    if request.htmx:
         return HttpResponse("")
     return redirect("home")
 
 
 @login_required
 @require_POST
-def theme_view(request: HttpRequest) -> HttpResponse:
+def theme_view(request: HtmxHttpRequest) -> HttpResponse:
     """Remember the person's Dark mode choice; the page that asked (htmx) already shows it."""
     form = ThemeForm(request.POST)
     if not form.is_valid():
         return HttpResponse("Dark mode is one of: system, light, dark.", status=400, content_type="text/plain")
     theme_set(user=_user(request), theme=Theme(form.cleaned_data["theme"]))
-    if request.headers.get("HX-Request"):
+    if request.htmx:
         return HttpResponse(status=204)
     back = request.POST.get("next", "")
     if url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
@@ -227,12 +235,7 @@ def theme_view(request: HttpRequest) -> HttpResponse:
 def session_chart(request: HttpRequest, session_id: int) -> HttpResponse:
     """Every request of the session on the chart, where the session page shows the last ones."""
     session = _session(request, session_id)
-    requests = list(
-        ModelRequest.objects.filter(session=session)
-        .exclude(status=RequestStatus.SENDING)
-        .select_related("turn")
-        .order_by("id")
-    )
+    requests = list(finished_requests(session=session).select_related("turn").order_by("id"))
     chart = fragments.chart_markup(session, requests, more=0, first_index=1)
     return render(request, "chat/chart.html", {"session": session, "chart": chart})
 

@@ -32,6 +32,7 @@ class ContextConfig:
     errors: Mapping[str, str]
     unavailable: Mapping[str, str]
     note: Mapping[str, str]
+    tools: Mapping[str, Any]  # the tools' schemas as loop.json declares them; read by chat.tools.schemas
 
     def text(self, key: str, **values: object) -> str:
         return self.texts[key].format(**values)
@@ -74,4 +75,5 @@ def context_config(context: Mapping[str, Any]) -> ContextConfig:
         errors=dict(context["errors"]),
         unavailable=dict(context["unavailable"]),
         note=dict(context["note"]),
+        tools=dict(context["tools"]),
     )

@@ -9,7 +9,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessions_app.models import ChatSession, Generation, LastRequest, ModelRequest, Result, Step, Turn
+from django.db.models import QuerySet
+
+from sessions_app.models import (
+    ChatSession,
+    Generation,
+    LastRequest,
+    ModelRequest,
+    RequestStatus,
+    Result,
+    Step,
+    Turn,
+)
 from sessions_app.selectors.sessions import current_generation, history_turns
 from sessions_app.selectors.turns import turns_reasoning
 from sessions_app.types import PendingBreak
@@ -91,6 +102,13 @@ class RequestBuilder:
     added as the reply goes on, so a step costs no reading of what came before it.
 
     ``build()`` gives the same bytes as a builder made afresh from the store at that moment.
+
+    A turn's message is sent as stored (``Turn.message``, its note included), with one exception: the turn a
+    generation resumed after a compaction inside its reply is sent, in that generation, as the generation's
+    ``resumed_message``, its words with the full note composed when the compaction made the generation. Both are
+    stored and neither ever changes: the requests before the compaction sent the turn's own message and a
+    rebuild of them still does; every request of the new generation (the rest of that reply, later turns)
+    sends the resumed one. The compaction is the declared break between the two.
     """
 
     def __init__(
@@ -120,11 +138,11 @@ class RequestBuilder:
         reasoning = turns_reasoning(turns) if earlier else {}
         for pk, number, message, reply_text in earlier:
             self.turn_user_index[number] = len(self.messages)
-            self._add({"role": "user", "content": message})
+            self._add({"role": "user", "content": self._sent(number, message)})
             self._add(earlier_reply(reply_text, reasoning.get(pk, "")))
         if current is not None and (upto_step is None or upto_step >= 0):
             self.turn_user_index[current.number] = len(self.messages)
-            self._add({"role": "user", "content": current.message})
+            self._add({"role": "user", "content": self._sent(current.number, current.message)})
             steps = current.steps.order_by("number")
             if generation.resumes_after_step is not None and generation.covers_through_turn == current.number:
                 steps = steps.filter(number__gt=generation.resumes_after_step)
@@ -140,7 +158,11 @@ class RequestBuilder:
         if self.turn_user_index and turn.number <= max(self.turn_user_index):
             raise ValueError(f"turn {turn.number} does not follow the history this builder holds")
         self.turn_user_index[turn.number] = len(self.messages)
-        self._add({"role": "user", "content": turn.message})
+        self._add({"role": "user", "content": self._sent(turn.number, turn.message)})
+
+    def _sent(self, number: int, message: str) -> str:
+        """Turn ``number``'s stored ``message`` as this generation sends it (see the class)."""
+        return self.generation.resumed_message if number == self.generation.resumed_turn else message
 
     def _add(self, message: dict[str, Any]) -> None:
         encoded = (("," if self.messages else "") + dumps(message)).encode()
@@ -224,3 +246,14 @@ def previous_request(session: ChatSession) -> PreviousRequest:
         pending=pending_breaks(session),
         known=known,
     )
+
+
+def finished_requests(*, session: ChatSession) -> QuerySet[ModelRequest]:
+    """The session's requests that are no longer being sent: the bars of its chart."""
+    return ModelRequest.objects.filter(session=session).exclude(status=RequestStatus.SENDING)
+
+
+def last_time_to_first_token(requests: QuerySet[ModelRequest]) -> float | None:
+    """The time to first token of the newest of ``requests`` that has one: where the chart's line goes on from."""
+    newest = requests.exclude(time_to_first_token=None).order_by("-id")
+    return newest.values_list("time_to_first_token", flat=True).first()

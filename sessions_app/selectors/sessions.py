@@ -24,13 +24,24 @@ from sessions_app.models import (
 )
 
 
+def _sessions() -> QuerySet[ChatSession]:
+    """Sessions as they are used: with their workspace and endpoint."""
+    return ChatSession.objects.select_related("workspace", "endpoint")
+
+
 def session_list(*, owner: AbstractBaseUser | AnonymousUser) -> QuerySet[ChatSession]:
-    return ChatSession.objects.filter(owner_id=owner.pk).select_related("workspace", "endpoint")
+    return _sessions().filter(owner_id=owner.pk)
 
 
 def session_get(*, owner: AbstractBaseUser | AnonymousUser, session_id: int) -> ChatSession | None:
     """The session if ``owner`` owns it, else ``None`` (so others see a 404, never a 403)."""
     return session_list(owner=owner).filter(pk=session_id).first()
+
+
+def session_by_id(*, session_id: int) -> ChatSession:
+    """Session ``session_id`` with its workspace and endpoint, whoever owns it: for the work on a session already
+    let in (a job, a reply, a tab's catch-up), never for what a person asks. Raises ``ChatSession.DoesNotExist``."""
+    return _sessions().get(pk=session_id)
 
 
 def may_use(*, workspace: Any, user: Any) -> Q:

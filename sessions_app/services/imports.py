@@ -29,20 +29,25 @@ from sessions_app.models import (
     ChatSession,
     Generation,
     LastRequest,
-    Mode,
     ModelEndpoint,
     ModelRequest,
-    RequestKind,
-    RequestStatus,
     Result,
-    ResultKind,
     Step,
-    TakenBackBy,
     Turn,
-    TurnStatus,
     Workspace,
 )
-from sessions_app.selectors.exports import EXPORT_FORMAT, EXPORT_VERSION
+from sessions_app.selectors.exports import (
+    EXPORT_FORMAT,
+    EXPORT_VERSION,
+    GENERATIONS,
+    REQUESTS,
+    RESULTS,
+    SESSION,
+    STEPS,
+    TURNS,
+    Field,
+    Table,
+)
 from sessions_app.selectors.sessions import endpoint_default, workspaces_for
 from sessions_app.text import storable, storable_json
 from sessions_app.types import PendingBreak
@@ -89,8 +94,10 @@ class _Row:
     def only(self, names: Collection[str]) -> None:
         """Refuse a field the object may not have."""
         for name in self.value:
-            if name not in names:
+            if name not in names and name.isidentifier():
                 raise _fail(f"{self.where}.{name}", "not a field of this object")
+            if name not in names:  # a name that cannot be part of a place: said in the message, quoted
+                raise _fail(self.where, f"{json.dumps(name)} is not a field of this object")
 
     def text(self, name: str, *, limit: int | None = None, blank: bool = True) -> str:
         value = self._get(name)
@@ -183,10 +190,6 @@ def _rows(data: _Row, name: str, read: Callable[[_Row], T]) -> list[T]:
     return [read(_Row(item, f"{name}[{index}]")) for index, item in enumerate(value)]
 
 
-def _max_length(model: type[Any], name: str) -> int:
-    return int(model._meta.get_field(name).max_length)
-
-
 @dataclass
 class _Imported:
     """The file read and checked: model rows not yet saved, with the numbers that link them."""
@@ -201,19 +204,58 @@ class _Imported:
     last_request: tuple[bytes, int | None] | None
 
 
+def _read(row: _Row, field: Field, table: Table) -> Any:
+    """The value of ``field`` in ``row``, checked as the table says."""
+    name, kind = field.name, field.kind
+    if field.nullable and kind in ("text", "whole") and row._get(name) is None:
+        return None
+    match kind:
+        case "text":
+            return row.text(name, limit=table.longest(field), blank=field.blank)
+        case "choice":
+            return row.choice(name, list(field.choices), blank=field.blank)
+        case "whole":
+            return row.number(name, minimum=field.minimum)
+        case "real":
+            return row.real_or_none(name)
+        case "flag":
+            return row.flag(name)
+        case "json":
+            return row.json(name)
+        case "object":
+            return row.object_or_none(name)
+        case "moment":
+            moment = row.moment(name)
+            return moment if moment is not None or field.nullable else timezone.now()
+        case "tools":
+            return _tools(row, name)
+        case "calls":
+            return _calls(row, name)
+        case "numbers":
+            return row.numbers(name, minimum=field.minimum)
+        case "breaks":
+            return row.objects(name, _pending_break)
+        case "changes":
+            return row.objects(name, _change)
+
+
+def _fields(row: _Row, table: Table) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The row's own fields (for its model) and its links to other rows, each read as ``table`` says."""
+    own: dict[str, Any] = {}
+    links: dict[str, Any] = {}
+    for field in table.fields:
+        if not field.imported:
+            continue
+        if field.added and field.name not in row.value:  # a file written before the field was added
+            (links if field.is_link else own)[field.name] = field.absent
+            continue
+        (links if field.is_link else own)[field.name] = _read(row, field, table)
+    return own, links
+
+
 def _session(row: _Row) -> tuple[ChatSession, str]:
-    session = ChatSession(
-        title=row.text("title", limit=_max_length(ChatSession, "title")),
-        model_name=row.text("model_name", limit=_max_length(ChatSession, "model_name"), blank=False),
-        mode=row.choice("mode", Mode.values),
-        next_result_number=row.number("next_result_number", minimum=1),
-        next_turn_number=row.number("next_turn_number", minimum=1),
-        generation_number=row.number("generation_number", minimum=1),
-        revision=row.number("revision"),
-        pending_breaks=row.objects("pending_breaks", _pending_break),
-        created_at=row.moment("created_at") or timezone.now(),
-    )
-    return session, row.text("endpoint")
+    own, links = _fields(row, SESSION)
+    return ChatSession(**own), links["endpoint"]
 
 
 def _pending_break(row: _Row) -> PendingBreak:
@@ -258,113 +300,38 @@ def _change(row: _Row) -> dict[str, object]:
     return asdict(change)
 
 
+def _calls(row: _Row, name: str) -> list[Any]:
+    """A step's tool calls, as requests send them again: each an object with its id, name and arguments."""
+    calls = row.listing(name)
+    for index, call in enumerate(calls):
+        if not isinstance(call, dict) or not all(isinstance(call.get(key), str) for key in ("id", "name", "arguments")):
+            raise _fail(f"{row.where}.{name}[{index}]", "an object with id, name and arguments (strings)")
+    return calls
+
+
 def _generation(row: _Row) -> Generation:
-    return Generation(
-        number=row.number("number", minimum=1),
-        system_prompt=row.text("system_prompt"),
-        system_prompt_sha256=row.text("system_prompt_sha256", limit=64),
-        tools_json=_tools(row, "tools_json"),
-        mode=row.choice("mode", Mode.values),
-        model_name=row.text("model_name", limit=_max_length(Generation, "model_name")),
-        summary=row.text("summary"),
-        table=row.text("table"),
-        covers_through_turn=row.number_or_none("covers_through_turn"),
-        taken_back=row.flag("taken_back"),
-        revision=row.number("revision"),
-        created_at=row.moment("created_at") or timezone.now(),
-    )
+    own, _ = _fields(row, GENERATIONS)
+    return Generation(**own)
 
 
 def _turn(row: _Row) -> tuple[Turn, int | None, int]:
-    turn = Turn(
-        number=row.number("number", minimum=1),
-        position=row.number("position", minimum=1),
-        words=row.text("words"),
-        message=row.text("message"),
-        note_workspace=row.text("note_workspace", limit=_max_length(Turn, "note_workspace")),
-        note_model=row.text("note_model", limit=_max_length(Turn, "note_model")),
-        note_date=row.text("note_date", limit=_max_length(Turn, "note_date")),
-        note_mode=row.choice("note_mode", Mode.values, blank=True),
-        note_instructions=row.text_or_none("note_instructions"),
-        mode=row.choice("mode", Mode.values),
-        reply_text=row.text("reply_text"),
-        status=row.choice("status", TurnStatus.values),
-        error=row.text("error"),
-        taken_back_by=row.choice("taken_back_by", TakenBackBy.values, blank=True),
-        live_status=row.choice("live_status", TurnStatus.values, blank=True),
-        taken_back_in=row.number_or_none("taken_back_in"),
-        revision=row.number("revision"),
-        started_at=row.moment("started_at") or timezone.now(),
-        finished_at=row.moment("finished_at"),
-    )
-    return turn, row.number_or_none("parent", minimum=1), row.number("generation", minimum=1)
+    own, links = _fields(row, TURNS)
+    return Turn(**own), links["parent"], links["generation"]
 
 
 def _step(row: _Row) -> tuple[Step, int]:
-    calls = row.listing("tool_calls")
-    for index, call in enumerate(calls):
-        if not isinstance(call, dict) or not all(isinstance(call.get(key), str) for key in ("id", "name", "arguments")):
-            raise _fail(f"{row.where}.tool_calls[{index}]", "an object with id, name and arguments (strings)")
-    step = Step(
-        number=row.number("number", minimum=1),
-        text=row.text("text"),
-        reasoning=row.text("reasoning"),
-        tool_calls=calls,
-        finish_reason=row.text("finish_reason", limit=_max_length(Step, "finish_reason")),
-        created_at=row.moment("created_at") or timezone.now(),
-    )
-    return step, row.number("turn", minimum=1)
+    own, links = _fields(row, STEPS)
+    return Step(**own), links["turn"]
 
 
 def _result(row: _Row) -> tuple[Result, int, int | None]:
-    result = Result(
-        number=row.number("number", minimum=1),
-        call_id=row.text("call_id", limit=_max_length(Result, "call_id")),
-        tool=row.text("tool", limit=_max_length(Result, "tool")),
-        arguments=row.json("arguments"),
-        arguments_raw=row.text("arguments_raw"),
-        args_key=row.text("args_key"),
-        kind=row.choice("kind", ResultKind.values),
-        full_text=row.text("full_text"),
-        inserted_text=row.text("inserted_text"),
-        refers_to=row.number_or_none("refers_to"),
-        stale=row.numbers("stale", minimum=1),
-        changed_files=row.objects("changed_files", _change),
-        path=row.text("path"),
-        abs_path=row.text("abs_path"),
-        first_line=row.number_or_none("first_line"),
-        last_line=row.number_or_none("last_line"),
-        total_lines=row.number_or_none("total_lines"),
-        sha256=row.text("sha256", limit=64),
-        created_at=row.moment("created_at") or timezone.now(),
-    )
-    return result, row.number("turn", minimum=1), row.number_or_none("step", minimum=1)
+    own, links = _fields(row, RESULTS)
+    return Result(**own), links["turn"], links["step"]
 
 
 def _request(row: _Row) -> tuple[ModelRequest, int | None]:
-    request = ModelRequest(
-        step_number=row.number("step_number"),
-        kind=row.choice("kind", RequestKind.values),
-        endpoint_url=row.text("endpoint_url", limit=_max_length(ModelRequest, "endpoint_url")),
-        model_name=row.text("model_name", limit=_max_length(ModelRequest, "model_name")),
-        body_sha256=row.text("body_sha256", limit=64),
-        bytes_sent=row.number("bytes_sent"),
-        shared_prefix_bytes=row.number("shared_prefix_bytes"),
-        break_cause=row.choice("break_cause", BreakCause.values, blank=True),
-        expected_shared_bytes=row.number("expected_shared_bytes"),
-        status=row.choice("status", RequestStatus.values),
-        error=row.text("error"),
-        prompt_tokens=row.number_or_none("prompt_tokens"),
-        cached_tokens=row.number_or_none("cached_tokens"),
-        completion_tokens=row.number_or_none("completion_tokens"),
-        time_to_first_token=row.real_or_none("time_to_first_token"),
-        total_time=row.real_or_none("total_time"),
-        usage=row.object_or_none("usage"),
-        timings=row.object_or_none("timings"),
-        started_at=row.moment("started_at") or timezone.now(),
-        finished_at=row.moment("finished_at"),
-    )
-    return request, row.number_or_none("turn", minimum=1)
+    own, links = _fields(row, REQUESTS)
+    return ModelRequest(**own), links["turn"]
 
 
 def _unique(numbers: list[int], where: str) -> set[int]:
@@ -454,7 +421,7 @@ def parse_export(raw: bytes) -> _Imported:
     version = value.get("version")
     if version != EXPORT_VERSION:
         raise ImportRejected(f"This export has version {version!r}; this Cachet reads version {EXPORT_VERSION}.")
-    session, endpoint_name = _session(_Row(data._get("session"), "session"))
+    session, endpoint_name = _session(_Row(data._get(SESSION.name), SESSION.name))
     last = data._get("last_request")
     last_request = None
     if last is not None:
@@ -464,11 +431,11 @@ def parse_export(raw: bytes) -> _Imported:
         _Imported(
             session=session,
             endpoint_name=endpoint_name,
-            generations=_rows(data, "generations", _generation),
-            turns=_rows(data, "turns", _turn),
-            steps=_rows(data, "steps", _step),
-            results=_rows(data, "results", _result),
-            requests=_rows(data, "requests", _request),
+            generations=_rows(data, GENERATIONS.name, _generation),
+            turns=_rows(data, TURNS.name, _turn),
+            steps=_rows(data, STEPS.name, _step),
+            results=_rows(data, RESULTS.name, _result),
+            requests=_rows(data, REQUESTS.name, _request),
             last_request=last_request,
         )
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from chat.agent.loop import ReplyLoop
+from chat.agent.loop import ReplyLoop, today
 from chat.agent.model_client import Timeouts
 from chat.tools import tool_list
 from chat.web.display import CompactionView
@@ -27,7 +27,8 @@ from sessions_app.models import (
     TurnStatus,
     Workspace,
 )
-from sessions_app.services.sessions import session_start
+from sessions_app.prompts import mode_text
+from sessions_app.services.sessions import session_set_mode, session_start
 from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
@@ -150,6 +151,48 @@ def test_a_step_that_would_not_fit_compacts_the_reply_which_goes_on_from_the_sum
     run(_loop(session).undo())
     assert Generation.objects.get(session=session, number=2).taken_back, "taking the turn back takes its compaction"
     assert ChatSession.objects.get(pk=session.pk).generation_number == 1
+
+
+def test_after_a_compaction_inside_a_later_reply_its_message_goes_on_with_the_full_note(
+    user: Any, workspace: Workspace, workspace_dir: Path, small: ScriptedServer
+) -> None:
+    """The reply's message as the post-compaction request sends it states the workspace, the model, the mode and
+    the date again; the message stored with the turn, which the requests before sent, is not rewritten."""
+    (workspace_dir / "a.txt").write_text(_lines(430, "alpha"))
+    (workspace_dir / "b.txt").write_text(_lines(430, "omega"))
+    session = _session(user, workspace, small, configured=N_CTX)
+    small.push(
+        Step(text="Hello."),
+        Step(tool_calls=[("read", {"path": "a.txt"})]),
+        Step(tool_calls=[("read", {"path": "b.txt"})]),
+        Step(text="Summary: a.txt holds alpha lines."),
+        Step(text="Both files are read."),
+        Step(text="Still here."),
+    )
+    run(_loop(session).send("hi"))
+    session_set_mode(session=session, mode="plan")
+    turn = run(_loop(session).send("read a.txt then b.txt")).turn
+    assert turn.status == TurnStatus.DONE, turn.error
+    stored = (
+        "read a.txt then b.txt\n\n<note>\nThe permission mode is now plan: " + mode_text("plan").strip() + "\n</note>"
+    )
+    assert Turn.objects.get(pk=turn.pk).message == stored
+    requests = _requests(session)
+    assert [r.kind for r in requests] == [RequestKind.REPLY] * 3 + [RequestKind.COMPACTION, RequestKind.REPLY]
+    assert json.loads(small.requests[3])["messages"][3]["content"] == stored, "the summary request: as sent before"
+    full = (
+        'read a.txt then b.txt\n\n<note>\nYou are working in the workspace "ws".\n\nYou are the model scripted.\n\n'
+        f"The permission mode is plan: {mode_text('plan').strip()}\n\nToday's date is {today()}.\n</note>"
+    )
+    went_on = json.loads(small.requests[4])["messages"]
+    assert [m["role"] for m in went_on] == ["system", "user", "assistant", "tool"]
+    assert went_on[1]["content"] == full
+
+    later = run(_loop(session).send("and now?")).turn
+    assert later.message == "and now?", "the full note stated it all: nothing to note"
+    last = json.loads(small.requests[-1])["messages"]
+    assert [m["content"] for m in last if m["role"] == "user"] == [full, "and now?"]
+    _all_fit(_requests(session))
 
 
 def test_a_request_that_cannot_fit_fails_before_it_is_sent_and_loses_nothing(

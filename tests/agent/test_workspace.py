@@ -49,10 +49,10 @@ def test_the_context_carries_the_workspace_and_sandbox_settings(full_session: Ch
     loop = prompts.loop_settings()
     assert context.allow_network is False
     assert context.sandbox.bwrap == "/opt/bwrap"
-    assert context.sandbox.memory_bytes == loop["run_memory_bytes"] == 2 * 1024**3
-    assert context.sandbox.max_processes == loop["run_max_processes"] == 256
-    assert context.sandbox.file_max_bytes == loop["run_file_max_bytes"] == 1024**3
-    assert context.sandbox.output_max_bytes == loop["run_output_max_bytes"] == 10_000_000
+    assert context.sandbox.memory_bytes == loop.run_memory_bytes == 2 * 1024**3
+    assert context.sandbox.max_processes == loop.run_max_processes == 256
+    assert context.sandbox.file_max_bytes == loop.run_file_max_bytes == 1024**3
+    assert context.sandbox.output_max_bytes == loop.run_output_max_bytes == 10_000_000
     assert context.sandbox.user == settings.CACHET_SANDBOX_USER == "cachet-sandbox"
     assert context.disk_quota == settings.CACHET_WORKSPACE_QUOTA_MB * 1024 * 1024 == 10 * 1024**3
     socket_dir = connection.get_connection_params()["host"]

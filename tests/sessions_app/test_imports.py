@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from chat.agent.loop import ReplyLoop
 from sessions_app.models import ChatSession, ModelRequest, Result, Turn, Workspace
-from sessions_app.selectors.exports import export_chunks, session_export
+from sessions_app.selectors.exports import GENERATIONS, export_chunks, session_export
 from sessions_app.selectors.requests import build_request
 from sessions_app.services.imports import ImportRejected, parse_export, read_upload, session_import
 from testing.scripted_server import ScriptedServer, Step
@@ -76,6 +76,21 @@ def test_an_import_is_the_same_session_for_the_person_importing_it(
     assert all(r.session_id == imported.pk for r in ModelRequest.objects.filter(turn__session=imported))
     before = build_request(original, current=None, model_name=original.model_name).body
     assert build_request(imported, current=None, model_name=imported.model_name).body == before
+
+
+def test_a_file_written_before_fields_were_added_still_imports(
+    live_session: ChatSession, model: ScriptedServer, other_user: Any
+) -> None:
+    """Version 1 files from before ``resumes_after_step`` and the resumed note fields: read as null or empty."""
+    original = chatted(live_session, model)
+    data = exported(original)
+    added = [field for field in GENERATIONS.fields if field.added]
+    assert {field.name for field in added} >= {"resumes_after_step", "resumed_turn", "resumed_message"}
+    for generation in data["generations"]:
+        for field in added:
+            generation.pop(field.name)
+    imported = session_import(owner=other_user, workspace=original.workspace, raw=json.dumps(data).encode())
+    assert stored(imported) == stored(original)
 
 
 def test_the_imported_session_goes_on_byte_for_byte_as_the_original_would(
@@ -342,3 +357,16 @@ def test_any_json_in_any_field_is_refused_at_its_place_or_imported_and_undone(
             undo_restoring(imported, notes)
 
     check()
+
+
+def test_a_field_whose_name_is_no_name_is_refused_at_its_object(
+    live_session: ChatSession, model: ScriptedServer, other_user: Any
+) -> None:
+    data = exported(edited(live_session, model))
+    change = next(
+        (index, result["changed_files"][0]) for index, result in enumerate(data["results"]) if result["changed_files"]
+    )
+    change[1][""] = None
+    with pytest.raises(ImportRejected) as caught:
+        session_import(owner=other_user, workspace=live_session.workspace, raw=json.dumps(data).encode())
+    assert str(caught.value).startswith(f'results[{change[0]}].changed_files[0]: "" is not a field of this object')

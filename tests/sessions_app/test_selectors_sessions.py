@@ -10,9 +10,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from sessions_app.errors import FolderRefused, NotAMember
-from sessions_app.models import ChatSession, ModelEndpoint, Workspace
+from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, RequestStatus, Workspace
+from sessions_app.selectors.requests import finished_requests, last_time_to_first_token
 from sessions_app.selectors.sessions import (
     Standing,
+    session_by_id,
     session_standing,
     unusable_workspace_ids,
     workspace_refusal,
@@ -73,3 +75,37 @@ def test_a_workspace_on_a_forbidden_folder_is_refused(user: Any, endpoint: Model
         "The workspace “old” is on a folder Cachet may not use (/ is the root of the file system): this session "
         "is read-only until staff change the folder in the admin."
     )
+
+
+def test_a_session_by_id_comes_with_its_workspace_and_endpoint_in_one_query(chat_session: ChatSession) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        session = session_by_id(session_id=chat_session.pk)
+        assert (session.workspace.name, session.endpoint.name) == (
+            chat_session.workspace.name,
+            chat_session.endpoint.name,
+        )
+    assert len(queries) == 1
+    with pytest.raises(ChatSession.DoesNotExist):
+        session_by_id(session_id=chat_session.pk + 1000)
+
+
+def test_the_finished_requests_and_the_last_time_to_first_token(chat_session: ChatSession) -> None:
+    def request(status: str, ttft: float | None) -> ModelRequest:
+        return ModelRequest.objects.create(
+            session=chat_session,
+            endpoint_url="http://model",
+            model_name="m",
+            body_sha256="0" * 64,
+            bytes_sent=1,
+            shared_prefix_bytes=0,
+            status=status,
+            time_to_first_token=ttft,
+        )
+
+    assert last_time_to_first_token(finished_requests(session=chat_session)) is None
+    first = request(RequestStatus.DONE, 0.5)
+    failed = request(RequestStatus.FAILED, None)
+    request(RequestStatus.SENDING, 0.9)
+    finished = finished_requests(session=chat_session)
+    assert list(finished.order_by("id")) == [first, failed]
+    assert last_time_to_first_token(finished) == 0.5, "the newest that has one, never a request still being sent"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from html import unescape
@@ -270,17 +270,27 @@ async def test_a_send_made_as_soon_as_the_page_shows_idle_is_taken(
     live_session: ChatSession, ada_cookie: str, model: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     closing = Relay.close
+    closing_first = threading.Event()
+    second_answered = threading.Event()
 
-    def slow_close(relay: Relay) -> None:  # the reply's thread set aside just after the idle state is put
-        time.sleep(0.3)
+    def held_close(relay: Relay) -> None:
+        """The first reply's thread set aside just after the idle state is put, until the next send is answered."""
+        if not closing_first.is_set():
+            closing_first.set()
+            second_answered.wait(30)
         closing(relay)
 
-    monkeypatch.setattr(Relay, "close", slow_close)
+    monkeypatch.setattr(Relay, "close", held_close)
     model.push(Step(text="One."), Step(text="Two."))
     communicator, got = await connected(live_session.pk, ada_cookie)
     await communicator.send_json_to({"type": "send", "text": "First"})
     await until(communicator, got, idle)
+    assert await sync_to_async(closing_first.wait, thread_sensitive=False)(30)
     await communicator.send_json_to({"type": "send", "text": "Second"})
+    try:
+        await until(communicator, got, lambda m: "turn-2" in got.puts or "already running" in json.dumps(m))
+    finally:
+        second_answered.set()
     await until(communicator, got, idle)
     assert "already running" not in got.html()
     turns = await database_sync_to_async(lambda: list(Turn.objects.values_list("words", "status")))()
@@ -312,7 +322,6 @@ async def test_the_reply_goes_on_without_the_tab_and_a_new_tab_catches_up_withou
     await first.send_json_to({"type": "send", "text": "Long one"})
     await until(first, got, lambda m: "live" in m)
     await first.disconnect()  # the tab closes; the reply goes on
-    await asyncio.sleep(0.2)
     second, caught = await connected(live_session.pk, ada_cookie, rev=got.rev, first=1)
     await until(second, caught, lambda m: bool(m.get("live", {}).get("reset")))
     assert caught.text[(1, 1)], "the running reply sends what the step streamed so far"
@@ -487,6 +496,35 @@ async def test_mode_size_and_malformed_messages(
     assert await database_sync_to_async(Turn.objects.count)() == 0
     await communicator.disconnect()
     await watcher.disconnect()
+
+
+async def test_malformed_requests_get_a_notice_and_the_socket_stays_open(
+    live_session: ChatSession, ada_cookie: str, model: ScriptedServer
+) -> None:
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    unreadable = notice_says("its type is not the name of a request")
+    frames: list[tuple[object, Callable[[dict[str, Any]], bool]]] = [
+        ({"type": {"a": 1}}, unreadable),
+        ({"type": ["send"], "text": "x"}, unreadable),
+        ({"type": None}, unreadable),
+        ({"text": "no type"}, unreadable),
+        ({"type": "x" * 100}, notice_says(f"does not know the request &#x27;{'x' * 40}&#x27;.")),
+        ([{"type": "send", "text": "x"}], notice_says("not an object")),
+        ("[" * 100_000, notice_says("not JSON")),
+        ({"type": "hello", "rev": {"a": 1}, "first": [], "bar": "x"}, idle),
+        ({"type": "rewind", "turn": {"a": 1}}, notice_says("Rewind needs the number of a turn.")),
+        ({"type": "edit", "turn": 1, "text": ["x"]}, notice_says("Write a message first.")),
+        ({"type": "mode", "mode": {"a": 1}}, notice_says("Unknown mode")),
+        ({"type": "model", "endpoint": {"a": 1}}, notice_says("Choose a model endpoint.")),
+    ]
+    for frame, answered in frames:
+        got.puts.pop("notice", None)
+        await communicator.send_to(text_data=frame if isinstance(frame, str) else json.dumps(frame))
+        await until(communicator, got, answered)
+    await communicator.send_json_to({"type": "mode", "mode": "plan"})
+    await until(communicator, got, notice_says("takes effect as a note"))
+    assert model.requests == []
+    await communicator.disconnect()
 
 
 def composer_words(got: Got) -> str:

@@ -345,6 +345,8 @@ def test_search_sessions_as_a_page_and_as_htmx_results(
     html = results.content.decode()
     assert html.startswith('<div id="session-results">') and "<html" not in html
     assert "1 session matches" in html
+    restored = ada.get("/", {"q": "zeppelin"}, headers={"HX-Request": "true", "HX-History-Restore-Request": "true"})
+    assert "<html" in restored.content.decode(), "htmx restoring a page from its history gets the whole page"
     assert "No session matches." in ada.get("/", {"q": "absent"}).content.decode()
     other_model = session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="n", tools=[])
     turn_start(session=other_model, words="zeppelin on n", today="2026-11-29", instructions=None)
