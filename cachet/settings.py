@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "axes",
+    "procrastinate.contrib.django",
     "sessions_app",
     "chat",
 ]
@@ -257,6 +258,9 @@ CACHET_CHUNK_TIMEOUT = float(os.environ.get("CACHET_CHUNK_TIMEOUT", "120"))
 # while it runs; more wait their turn in order. Keep it, times the processes serving, well under Postgres's
 # max_connections (100 by default, the embedded one included), which pages and sockets share.
 CACHET_MAX_REPLIES = max(1, int(os.environ.get("CACHET_MAX_REPLIES", "32")))
+# Replies (and undo, rewind, compaction) one worker process (``manage.py worker``) runs at once; more wait in the
+# queue. Each running one holds a database connection.
+CACHET_WORKER_CONCURRENCY = max(1, int(os.environ.get("CACHET_WORKER_CONCURRENCY") or "16"))
 CACHET_MAX_STEPS = int(os.environ.get("CACHET_MAX_STEPS", "0")) or None
 CACHET_MAX_MESSAGE_BYTES = int(os.environ.get("CACHET_MAX_MESSAGE_BYTES", "200000"))
 # The largest websocket frame (and message) Daphne reads under ``manage.py serve``; one over the message limit but
@@ -279,5 +283,10 @@ LOGGING: dict[str, Any] = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"pgserver": {"level": "WARNING"}, "httpx": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
+    "loggers": {
+        "pgserver": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
+        "procrastinate": {"level": "WARNING"},
+    },
 }

@@ -367,7 +367,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         caught = await store_call(catch_up)(self.session_id, state)
         for text in caught.messages:
             await self.send(text_data=text)
-        if caught.running or jobs.busy(self.session_id):
+        if caught.running:
             await jobs.ask_live(self.session_id, self.channel_name)
 
     async def live(self, nothing: Nothing, session: ChatSession) -> None:
@@ -399,10 +399,15 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         await self.start(jobs.Compact())
 
     async def start(self, action: jobs.Action) -> bool:
-        if jobs.busy(self.session_id) or self.running:
+        """Queue ``action`` for a worker; every tab of the session shows it running from now on."""
+        if not self.running:
+            for text in pack([fragments.controls_put(running=True, label=jobs.QUEUED)]):
+                await self.channel_layer.group_send(
+                    session_group(self.session_id), {"type": MESSAGE_TYPE, "text": text}
+                )
+        if self.running or not await jobs.start(self.session_id, action, reply_to=self.channel_name):
             await self.notice("A reply is already running in this session; wait for it or stop it first.")
             return False
-        await jobs.start(self.session_id, action, reply_to=self.channel_name)
         await self.show(fragments.notice_put(""))
         return True
 

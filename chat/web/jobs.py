@@ -1,14 +1,13 @@
-"""Runs a session's actions (send, regenerate, edit, flip, undo, rewind, compact) in a thread of the web process and
-publishes their events to every tab.
+"""Runs a session's actions (send, regenerate, edit, flip, undo, rewind, compact) as jobs of the task queue
+(Procrastinate, on Postgres) and publishes their events to every tab.
 
-A job belongs to no websocket: the reply goes on when the tab that asked for it closes. While it runs,
-the job listens on the session's reply group, so a Stop or a request for the live text reaches it from
-any tab served by any process (through Redis where several serve). Whether a reply runs is not the job's
-to say: the session's reply lock, which the loop holds, is the one truth of it.
-
-A running action holds one database connection (the lock lives on it) for as long as it runs, so at most
-``CACHET_MAX_REPLIES`` of them run at once in a process; the others wait their turn in order, holding no
-connection, and their tabs say so.
+A tab's request becomes a queued job (:func:`start`); a worker process (``manage.py worker``) picks it up and
+runs it (:func:`run`), its events relayed through the channel layer to the tabs of every web process. One job
+of a session runs at a time (the queue's lock on the session), and at most one waits (its queueing lock). The
+job belongs to no websocket: the reply goes on when the tab that asked for it closes. While it runs, the job
+listens on the session's reply group, so a Stop or a request for the live text reaches it from any tab served
+by any process. Whether a reply runs is not the job's to say: the session's reply lock, which the loop holds,
+is the one truth of it.
 """
 
 from __future__ import annotations
@@ -16,23 +15,26 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from channels.layers import BaseChannelLayer, get_channel_layer
-from django.conf import settings
 from django.db import close_old_connections, connection
+from procrastinate import exceptions as queue_errors
+from procrastinate.contrib.django import app as queue_app
 
 from chat.agent.events import ReplyEvent, TurnStarted
 from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import ModelError
 from chat.web import fragments
 from chat.web.messages import Put, pack
-from chat.web.publisher import Publisher, Relay, _Send, _Snapshot, reply_group
+from chat.web.publisher import MESSAGE_TYPE, Publisher, Relay, _Send, _Snapshot, reply_group, session_group
+from chat.web.socket_store import store_call
 from sessions_app.errors import StoreError, person_message
 from sessions_app.models import ChatSession
 from sessions_app.selectors.sessions import session_by_id
@@ -42,62 +44,10 @@ logger = logging.getLogger(__name__)
 STOP = "reply.stop"
 LIVE = "reply.live"
 STOPPED_WAITING = "Stopped before it started; nothing was sent to the model."
+QUEUED = "Queued: waiting for a worker…"
+QUEUE = "replies"
 BATON_PATIENCE_SECONDS = 1.0
 LISTEN_AGAIN_SECONDS = 0.2
-
-
-class ReplySlots:
-    """At most ``limit`` holders at once in this process; the others wait first come, first served."""
-
-    def __init__(self) -> None:
-        self._condition = threading.Condition()
-        self._queue: collections.deque[object] = collections.deque()
-        self.holding = 0
-        self.peak = 0
-
-    def acquire(self, *, limit: int, cancelled: Callable[[], bool], waiting: Callable[[int], None]) -> bool:
-        """Wait for a slot; ``waiting(ahead)`` is told how many wait before this one whenever that changes.
-        False when ``cancelled()`` became true first (then no slot is held)."""
-        ticket = object()
-        told: int | None = None
-        with self._condition:
-            self._queue.append(ticket)
-        while True:
-            with self._condition:
-                ahead = self._queue.index(ticket)
-                if ahead == 0 and self.holding < max(1, limit):
-                    self._queue.popleft()
-                    self.holding += 1
-                    self.peak = max(self.peak, self.holding)
-                    self._condition.notify_all()
-                    return True
-                if cancelled():
-                    self._queue.remove(ticket)
-                    self._condition.notify_all()
-                    return False
-                if ahead == told:
-                    self._condition.wait()
-                    continue
-            told = ahead
-            waiting(ahead)
-
-    def release(self) -> None:
-        with self._condition:
-            self.holding -= 1
-            self._condition.notify_all()
-
-    def wake(self) -> None:
-        """Let waiters look again whether they were cancelled."""
-        with self._condition:
-            self._condition.notify_all()
-
-    @property
-    def waiting(self) -> int:
-        with self._condition:
-            return len(self._queue)
-
-
-SLOTS = ReplySlots()
 
 
 class Baton:
@@ -182,26 +132,25 @@ class Baton:
 BATON = Baton(patience=BATON_PATIENCE_SECONDS)
 
 
-def waiting_label(ahead: int) -> str:
-    """What the tabs of a session whose reply waits for a slot show."""
-    if ahead:
-        return f"Waiting: the server is busy with other replies ({ahead} waiting before this one)…"
-    return "Waiting: the server is busy with other replies; this one is next…"
-
-
 class Action:
     """Something a job does with the session's reply loop."""
 
     label: ClassVar[str] = "Working…"
+    kind: ClassVar[str] = ""
 
     def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
         raise NotImplementedError
+
+    def payload(self) -> dict[str, Any]:
+        """The action as the queued job's arguments carry it (JSON)."""
+        return {"kind": self.kind, **dataclasses.asdict(self)}  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True)
 class Send(Action):
     words: str
     label: ClassVar[str] = "Replying…"
+    kind: ClassVar[str] = "send"
 
     def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
         return loop.send(self.words)
@@ -211,6 +160,7 @@ class Send(Action):
 class Regenerate(Action):
     restore: bool = False
     label: ClassVar[str] = "Replying again…"
+    kind: ClassVar[str] = "regenerate"
 
     def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
         return loop.regenerate(restore=self.restore)
@@ -222,6 +172,7 @@ class Edit(Action):
     words: str
     restore: bool = False
     label: ClassVar[str] = "Replying…"
+    kind: ClassVar[str] = "edit"
 
     def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
         return loop.edit(self.turn, self.words, restore=self.restore)
@@ -231,6 +182,7 @@ class Edit(Action):
 class Flip(Action):
     turn: int
     label: ClassVar[str] = "Switching branch…"
+    kind: ClassVar[str] = "flip"
 
     def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
         return loop.flip(self.turn)
@@ -240,6 +192,7 @@ class Flip(Action):
 class Undo(Action):
     restore: bool = False
     label: ClassVar[str] = "Undoing…"
+    kind: ClassVar[str] = "undo"
 
     def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
         return loop.undo(restore=self.restore)
@@ -250,6 +203,7 @@ class Rewind(Action):
     turn: int
     restore: bool = False
     label: ClassVar[str] = "Rewinding…"
+    kind: ClassVar[str] = "rewind"
 
     def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
         return loop.rewind(self.turn, restore=self.restore)
@@ -258,9 +212,21 @@ class Rewind(Action):
 @dataclass(frozen=True)
 class Compact(Action):
     label: ClassVar[str] = "Compacting…"
+    kind: ClassVar[str] = "compact"
 
     def events(self, loop: ReplyLoop) -> Iterator[ReplyEvent]:
         return loop.compact()
+
+
+ACTIONS: dict[str, type[Action]] = {
+    action.kind: action for action in (Send, Regenerate, Edit, Flip, Undo, Rewind, Compact)
+}
+
+
+def action_from(payload: dict[str, Any]) -> Action:
+    """The action a queued job's arguments carry (:meth:`Action.payload`)."""
+    fields = dict(payload)
+    return ACTIONS[str(fields.pop("kind"))](**fields)
 
 
 @dataclass(eq=False)
@@ -276,7 +242,10 @@ class Job:
     free: threading.Event = field(default_factory=threading.Event)  # the session is free for the next action
     done: threading.Event = field(default_factory=threading.Event)  # and the last of the job's sends is put
     relay: Relay = field(init=False)
-    waiting: str = ""  # the label while the job waits for a slot
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # set on ``event_loop`` once everything is sent
+    echo: Callable[[ReplyEvent], None] | None = None  # also given every event, in the job's thread (``ask``)
+    failure: str = ""  # why the action failed, where it did
+    reply_loop: ReplyLoop | None = None
     _listener: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
@@ -308,11 +277,7 @@ class Job:
                 lost = False
                 if message.get("type") == STOP:
                     self.cancel.set()
-                    SLOTS.wake()
                 elif message.get("type") == LIVE and isinstance(message.get("reply_to"), str):
-                    if self.waiting:
-                        for text in pack([fragments.controls_put(running=True, label=self.waiting)]):
-                            self.relay.put(_Send(text, message["reply_to"]))
                     self.relay.put(_Snapshot(message["reply_to"]))
         finally:
             with contextlib.suppress(Exception):
@@ -325,27 +290,16 @@ class Job:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listener
         _running.discard(self)
+        self.ended.set()
 
     def _direct(self, *ops: Put) -> None:
         if self.reply_to:
             for text in pack(list(ops)):
                 self.relay.put(_Send(text, self.reply_to))
 
-    def _wait(self, ahead: int) -> None:
-        self.waiting = waiting_label(ahead)
-        for text in pack([fragments.controls_put(running=True, label=self.waiting)]):
-            self.relay.put(_Send(text, None))
-
     def _main(self) -> None:
-        if not SLOTS.acquire(limit=settings.CACHET_MAX_REPLIES, cancelled=self.cancel.is_set, waiting=self._wait):
-            self._stopped_waiting()
-            return
-        self.waiting = ""
-        try:
-            with BATON.holding():
-                self._run()
-        finally:
-            SLOTS.release()
+        with BATON.holding():
+            self._run()
 
     @contextlib.contextmanager
     def _waiting(self) -> Iterator[None]:
@@ -355,14 +309,6 @@ class Job:
             yield
         self.relay.hush()
 
-    def _stopped_waiting(self) -> None:
-        try:
-            if isinstance(self.action, Send | Edit):
-                self._direct(fragments.composer_put(self.action.words))
-            self._direct(fragments.notice_put(STOPPED_WAITING, level="info"))
-        finally:
-            self._finish()
-
     def _run(self) -> None:
         started_turn = False
         try:
@@ -370,17 +316,22 @@ class Job:
             session = session_by_id(session_id=self.session_id)
             publisher = Publisher(session, put=self.relay.put, reply_to=self.reply_to, label=self.action.label)
             publisher.group([fragments.controls_put(running=True, label=self.action.label)])
-            for event in self.action.events(ReplyLoop(session, cancel=self.cancel, waiting=self._waiting)):
+            self.reply_loop = ReplyLoop(session, cancel=self.cancel, waiting=self._waiting)
+            for event in self.action.events(self.reply_loop):
                 started_turn = started_turn or isinstance(event, TurnStarted)
                 publisher.publish(event)
+                if self.echo is not None:
+                    self.echo(event)
         except ChatSession.DoesNotExist:
-            pass
+            self.failure = "The session no longer exists."
         except (StoreError, ModelError) as error:
+            self.failure = str(error)
             if isinstance(self.action, Send) and not started_turn:
                 self._direct(fragments.composer_put(self.action.words))
             self._direct(fragments.notice_put(str(error), level="error"))
         except Exception as error:
             logger.exception("session %s: %s failed", self.session_id, type(self.action).__name__)
+            self.failure = person_message(error)
             if isinstance(self.action, Send) and not started_turn:
                 self._direct(fragments.composer_put(self.action.words))
             self._direct(fragments.notice_put(person_message(error), level="error"))
@@ -403,27 +354,110 @@ class Job:
 _running: set[Job] = set()
 
 
+def session_key(session_id: int) -> str:
+    """The queue's lock (and queueing lock) of a session's jobs: one runs at a time, one waits."""
+    return f"cachet-session-{session_id}"
+
+
+def _queued(session_id: int, *statuses: str) -> Any:
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    return ProcrastinateJob.objects.filter(lock=session_key(session_id), status__in=statuses)
+
+
 def busy(session_id: int) -> bool:
-    """Whether a job of this process is running or waiting for the session (the lock says only the former)."""
-    return any(job.session_id == session_id and not job.free.is_set() for job in list(_running))
+    """Whether a job of the session waits in the queue or runs (the reply lock says only the latter)."""
+    return bool(_queued(session_id, "todo", "doing").exists())
 
 
-async def start(session_id: int, action: Action, *, reply_to: str | None) -> Job:
-    """Start ``action`` for the session in a new thread of this process."""
+async def start(session_id: int, action: Action, *, reply_to: str | None) -> bool:
+    """Queue ``action`` for the session; false where a job of it already waits."""
+    from chat.tasks import session_action
+
+    key = session_key(session_id)
+    try:
+        await session_action.configure(lock=key, queueing_lock=key).defer_async(
+            session_id=session_id, action=action.payload(), reply_to=reply_to
+        )
+    except queue_errors.AlreadyEnqueued:
+        return False
+    return True
+
+
+async def run(session_id: int, action: Action, *, reply_to: str | None) -> None:
+    """Run a queued job in this (worker) process: its thread does the work, this loop relays its events. A
+    cancelled run (the queue aborts it, the worker stops) stops the reply and waits until it has ended."""
     layer = get_channel_layer()
     assert layer is not None, "CHANNEL_LAYERS is configured"
     job = Job(
         session_id=session_id, action=action, layer=layer, event_loop=asyncio.get_running_loop(), reply_to=reply_to
     )
     await job.begin()
+    try:
+        await asyncio.shield(job.ended.wait())
+    except asyncio.CancelledError:
+        job.cancel.set()
+        await job.ended.wait()
+        raise
+
+
+@contextlib.contextmanager
+def relaying_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop in a thread of its own, to relay the events of jobs this (command) process runs."""
+    event_loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=event_loop.run_forever, name="cachet-relay", daemon=True)
+    thread.start()
+    try:
+        yield event_loop
+    finally:
+        event_loop.call_soon_threadsafe(event_loop.stop)
+        thread.join(5)
+        event_loop.close()
+
+
+def run_here(
+    session_id: int, action: Action, *, event_loop: asyncio.AbstractEventLoop, echo: Callable[[ReplyEvent], None]
+) -> Job:
+    """Run ``action`` in this process, as a worker would (every tab of the session follows it, and a Stop from any
+    of them reaches it), ``echo`` given each event; Ctrl-C stops it. The job, once it has ended."""
+    layer = get_channel_layer()
+    assert layer is not None, "CHANNEL_LAYERS is configured"
+    job = Job(session_id=session_id, action=action, layer=layer, event_loop=event_loop, echo=echo)
+    asyncio.run_coroutine_threadsafe(job.begin(), event_loop).result(timeout=30)
+    try:
+        while not job.done.wait(0.2):
+            pass
+    except KeyboardInterrupt:
+        job.cancel.set()
+        job.done.wait()
+        raise
+    asyncio.run_coroutine_threadsafe(job.ended.wait(), event_loop).result(timeout=30)
     return job
 
 
+def _waiting_jobs(session_id: int) -> list[tuple[int, dict[str, Any]]]:
+    return [(job.pk, dict(job.args)) for job in _queued(session_id, "todo")]
+
+
 async def stop(session_id: int) -> None:
-    """Ask whichever process runs the session's reply to stop it."""
+    """Stop the session's reply wherever it runs, and take out a job of it that still waits in the queue."""
     layer = get_channel_layer()
-    if layer is not None:
-        await layer.group_send(reply_group(session_id), {"type": STOP})
+    if layer is None:
+        return
+    for job_id, args in await store_call(_waiting_jobs)(session_id):
+        if not await queue_app.job_manager.cancel_job_by_id_async(job_id, delete_job=True):
+            continue  # a worker took it meanwhile: the Stop below reaches it
+        reply_to = args.get("reply_to")
+        if isinstance(reply_to, str):  # the tab that asked gets its words back first
+            direct: list[Put] = [fragments.notice_put(STOPPED_WAITING, level="info")]
+            words = args.get("action", {}).get("words")
+            if isinstance(words, str):
+                direct.insert(0, fragments.composer_put(words))
+            for text in pack(direct):
+                await layer.send(reply_to, {"type": MESSAGE_TYPE, "text": text})
+        for text in pack([fragments.controls_put(running=False)]):
+            await layer.group_send(session_group(session_id), {"type": MESSAGE_TYPE, "text": text})
+    await layer.group_send(reply_group(session_id), {"type": STOP})
 
 
 async def ask_live(session_id: int, reply_to: str) -> None:
@@ -439,5 +473,4 @@ def wait_idle(timeout: float = 30.0, *, cancel: bool = False) -> bool:
     for job in jobs:
         if cancel:
             job.cancel.set()
-    SLOTS.wake()
     return all(job.done.wait(timeout) for job in jobs)

@@ -32,13 +32,13 @@ def _unlock(session_id: int) -> None:
 
 
 @contextlib.contextmanager
-def reply_lock(session: ChatSession) -> Iterator[None]:
-    """Hold the session's lock across processes; open turns found under it were left by a dead process."""
+def reply_lock(session: ChatSession) -> Iterator[int]:
+    """Hold the session's lock across processes; open turns found under it were left by a dead process (they
+    are marked interrupted, and the block is given how many)."""
     if not _try_lock(session.pk):
         raise ReplyInProgress()
     try:
-        turns_interrupt_orphans(session=session, reason=ORPHAN_REASON)
-        yield
+        yield turns_interrupt_orphans(session=session, reason=ORPHAN_REASON)
     finally:
         _unlock(session.pk)
 
@@ -65,11 +65,12 @@ def reply_running(session: ChatSession) -> bool:
     return session.pk in sessions_running([session.pk])
 
 
-def orphans_interrupt() -> int:
-    """Mark interrupted every open turn whose session no process is replying in (run at server start)."""
-    count = 0
+def orphans_interrupt() -> set[int]:
+    """Mark interrupted every open turn whose session no process is replying in; the sessions that had one."""
+    sessions = set()
     for session_id in set(Turn.objects.filter(status=TurnStatus.OPEN).values_list("session_id", flat=True)):
         session = ChatSession.objects.get(pk=session_id)
-        with contextlib.suppress(ReplyInProgress), reply_lock(session):
-            count += 1
-    return count
+        with contextlib.suppress(ReplyInProgress), reply_lock(session) as interrupted:
+            if interrupted:
+                sessions.add(session_id)
+    return sessions

@@ -1,5 +1,6 @@
-"""Browser tests: Cachet under Daphne in a thread of the test process (so it sees the test database), the
-project's scripted model server, and Debian's Chromium driven by Playwright.
+"""Browser tests: Cachet under Daphne in a thread of the test process (so it sees the test database), with a
+worker of the task queue on Daphne's event loop (so both share the in-memory channel layer), the project's
+scripted model server, and Debian's Chromium driven by Playwright.
 
 One Playwright and one Chromium serve all the browser tests of a test process; each test gets contexts of its
 own. Playwright's sync API keeps an asyncio loop marked running in the test's thread, and Django refuses the
@@ -10,9 +11,12 @@ made and until before pytest-django empties the database. Database work in the m
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +26,11 @@ from chat.web import jobs
 from sessions_app.models import ModelEndpoint, Workspace
 from testing.scripted_server import ScriptedServer
 from tests.browser.browser_kit import CHROMIUM, CHROMIUM_ARGS, PASSWORDS, Browser, Launched, World
+from tests.worker_kit import running_worker
 
 
 @pytest.fixture(scope="session")
-def cachet_url(django_db_setup: None) -> Iterator[str]:
+def served(django_db_setup: None) -> Iterator[Served]:
     """Cachet's ASGI application served by Daphne on a free loopback port, for the whole session."""
     from chat.web.daphne_server import CachetServer  # installs Twisted's asyncio reactor: import it first
 
@@ -48,10 +53,41 @@ def cachet_url(django_db_setup: None) -> Iterator[str]:
             raise RuntimeError("Daphne did not start listening")
         time.sleep(0.02)
     _, port = server.listening_addresses[0]
-    yield f"http://127.0.0.1:{port}"
     twisted: Any = reactor
+    yield Served(f"http://127.0.0.1:{port}", twisted._asyncioEventloop)
     twisted.callFromThread(twisted.stop)
     thread.join(timeout=5)
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str
+    loop: asyncio.AbstractEventLoop  # Daphne's
+
+
+@pytest.fixture
+def cachet_url(served: Served, transactional_db: None) -> Iterator[str]:
+    """Cachet's address, with a worker of the task queue on Daphne's loop for the test (then it stops: a test
+    that runs workers of its own has none in the test process)."""
+    with worker_on(served.loop):
+        yield served.url
+
+
+@contextlib.contextmanager
+def worker_on(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """A worker of the task queue on Daphne's event loop while the block runs."""
+    stop = asyncio.Event()
+
+    async def work() -> None:
+        async with running_worker():
+            await stop.wait()
+
+    working = asyncio.run_coroutine_threadsafe(work(), loop)
+    try:
+        yield
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        working.result(timeout=30)
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
-"""Two Cachet processes behind one Redis: a reply started through one streams to a tab served by the other,
-and a Stop pressed in that tab stops it.
+"""Two Cachet web processes and a worker behind one Redis: a reply asked through one web process runs in the
+worker and streams to a tab served by the other, and a Stop pressed in that tab stops it.
 
-Each process is Daphne in its own subprocess on the test database (``DATABASE_URL``) and on one Redis
-database (``REDIS_URL``), so the only ways between them are Redis (the channel layer's group
-``session-<id>``) and Postgres (the turn's stop flag, the login session). The data is made before Playwright
-starts (Django refuses the ORM in the thread Playwright's sync API runs in); checks in the middle of the test
-go through :func:`in_thread`.
+Each process is in its own subprocess (Daphne, and ``manage.py worker``) on the test database (``DATABASE_URL``)
+and on one Redis database (``REDIS_URL``), so the only ways between them are Redis (the channel layer's groups
+``session-<id>`` and ``reply-<id>``) and Postgres (the task queue, the login session). The data is made before
+Playwright starts (Django refuses the ORM in the thread Playwright's sync API runs in); checks in the middle of
+the test go through :func:`in_thread`.
 """
 
 from __future__ import annotations
@@ -92,9 +92,12 @@ class Process:
 class Cluster:
     a: Process
     b: Process
+    worker: Process
 
     def logs(self) -> str:
-        return "\n".join(f"===== Cachet process {p.name} ({p.url}) =====\n{p.output()}" for p in (self.a, self.b))
+        return "\n".join(
+            f"===== Cachet process {p.name} ({p.url}) =====\n{p.output()}" for p in (self.a, self.b, self.worker)
+        )
 
     @contextlib.contextmanager
     def logs_on_failure(self) -> Iterator[None]:
@@ -146,7 +149,7 @@ def _stop(process: Process) -> None:
 
 @pytest.fixture
 def cluster(transactional_db: None, redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    """Two Daphne processes serving Cachet on the test database, with Redis as their channel layer."""
+    """Two Daphne processes serving Cachet and a worker on the test database, with Redis as their channel layer."""
     ports = {"A": _free_port(), "B": _free_port()}
     while ports["B"] == ports["A"]:
         ports["B"] = _free_port()
@@ -184,13 +187,30 @@ def cluster(transactional_db: None, redis_url: str, tmp_path: Path) -> Iterator[
                     start_new_session=True,  # its own process group, killed as one
                 )
             processes.append(Process(name, f"http://127.0.0.1:{port}", popen, log))
+        log = tmp_path / "cachet-worker.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen(
+                [sys.executable, "manage.py", "worker"],
+                cwd=settings.BASE_DIR,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        worker = Process("worker", "", popen, log)
         deadline = time.monotonic() + START_TIMEOUT
         for process in processes:
             try:
                 _wait_for_http(process, deadline)
             except RuntimeError as error:
-                raise RuntimeError(f"{error}\n{Cluster(*processes).logs()}") from None
-        yield Cluster(*processes)
+                raise RuntimeError(f"{error}\n{Cluster(processes[0], processes[1], worker).logs()}") from None
+        while "Worker ready" not in worker.output():
+            if popen.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the worker did not start\n{Cluster(processes[0], processes[1], worker).logs()}")
+            time.sleep(0.05)
+        processes.append(worker)
+        yield Cluster(processes[0], processes[1], worker)
     finally:
         for process in processes:
             _stop(process)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_server_start_interrupts_open_turns_nobody_runs(chat_session: ChatSession) -> None:
     turn = turn_start(session=chat_session, words="lost", today="2026-11-29", instructions=None)
-    assert orphans_interrupt() == 1
+    assert orphans_interrupt() == {chat_session.pk}
     turn.refresh_from_db()
     assert turn.status == TurnStatus.INTERRUPTED
     assert "regenerate" in turn.error
@@ -39,7 +39,7 @@ def test_a_running_reply_is_left_alone(chat_session: ChatSession) -> None:
     assert holding.wait(10)
     try:
         assert reply_running(chat_session)
-        assert orphans_interrupt() == 0
+        assert orphans_interrupt() == set()
         with pytest.raises(ReplyInProgress), reply_lock(chat_session):
             pass
         assert Turn.objects.get(words="running").status == TurnStatus.OPEN

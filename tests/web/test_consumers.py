@@ -26,6 +26,7 @@ from chat.web.messages import MESSAGE_LIMIT
 from chat.web.publisher import MESSAGE_TYPE, Relay, session_group
 from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Turn, TurnStatus
 from testing.scripted_server import ScriptedServer, Step
+from tests.worker_kit import running_worker
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
@@ -50,12 +51,14 @@ def bob_cookie(other_user: Any) -> str:
 
 @pytest_asyncio.fixture(autouse=True)
 async def fresh_layer() -> AsyncIterator[None]:
-    """An empty channel layer for each test; jobs end while the test's loop still runs to take their events."""
+    """An empty channel layer and a worker for each test; jobs end while the test's loop still runs to take their
+    events."""
     layer = get_channel_layer()
     assert layer is not None
     await layer.flush()
-    yield
-    await settle()
+    async with running_worker():
+        yield
+        await settle()
 
 
 @dataclass
@@ -274,7 +277,7 @@ async def test_a_send_made_as_soon_as_the_page_shows_idle_is_taken(
     second_answered = threading.Event()
 
     def held_close(relay: Relay) -> None:
-        """The first reply's thread set aside just after the idle state is put, until the next send is answered."""
+        """The first reply's thread set aside just after the idle state is put, until the next send is queued."""
         if not closing_first.is_set():
             closing_first.set()
             second_answered.wait(30)
@@ -288,7 +291,11 @@ async def test_a_send_made_as_soon_as_the_page_shows_idle_is_taken(
     assert await sync_to_async(closing_first.wait, thread_sensitive=False)(30)
     await communicator.send_json_to({"type": "send", "text": "Second"})
     try:
-        await until(communicator, got, lambda m: "turn-2" in got.puts or "already running" in json.dumps(m))
+        await until(
+            communicator,
+            got,
+            lambda m: jobs.QUEUED in json.dumps(m, ensure_ascii=False) or "already running" in json.dumps(m),
+        )
     finally:
         second_answered.set()
     await until(communicator, got, idle)

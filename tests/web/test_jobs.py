@@ -1,5 +1,6 @@
-"""Jobs: at most ``CACHET_MAX_REPLIES`` replies hold a database connection at once; the others wait in order,
-their tabs told so, and a Stop reaches a waiting one too, and through Redis one whose listener lost it a moment."""
+"""Jobs: a worker runs at most its concurrency of replies at once, each holding a database connection; the others
+wait in the queue, their tabs told so; a Stop takes a waiting one out of the queue, and reaches through Redis a
+running one whose listener lost it a moment."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -21,71 +23,13 @@ from chat.tools import tool_list
 from chat.web import jobs
 from chat.web.publisher import reply_group
 from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
+from sessions_app.services.locks import LOCK_NAMESPACE
 from sessions_app.services.sessions import session_start
 from testing.scripted_server import ScriptedServer, Step
 from tests.clock import Clock
 from tests.redis_kit import RedisDatabase, redis_client
 from tests.web.test_consumers import connected, cookie_for, idle, until
-
-
-def test_slots_are_taken_first_come_first_served_and_never_more_than_the_limit() -> None:
-    slots = jobs.ReplySlots()
-    order: list[int] = []
-    told: dict[int, list[int]] = {}
-    inside = 0
-    most = 0
-    lock = threading.Lock()
-    gate = threading.Event()
-
-    def worker(number: int) -> None:
-        nonlocal inside, most
-        assert slots.acquire(limit=2, cancelled=lambda: False, waiting=told.setdefault(number, []).append)
-        with lock:
-            order.append(number)
-            inside += 1
-            most = max(most, inside)
-        gate.wait(5)
-        time.sleep(0.01)
-        with lock:
-            inside -= 1
-        slots.release()
-
-    threads = []
-    for number in range(8):
-        thread = threading.Thread(target=worker, args=(number,))
-        thread.start()
-        threads.append(thread)
-        while slots.holding + slots.waiting < number + 1:  # each queues before the next starts
-            time.sleep(0.001)
-    assert slots.holding == 2 and slots.waiting == 6
-    gate.set()
-    for thread in threads:
-        thread.join(10)
-    assert order == list(range(8)), "in the order they asked"
-    assert most == 2 and slots.peak == 2 and slots.holding == 0 and slots.waiting == 0
-    assert told[0] == [] and told[1] == []
-    assert told[7][0] == 5, "a waiter is told how many wait before it"
-    assert told[7] == sorted(set(told[7]), reverse=True), "and again as that number falls"
-
-
-def test_a_cancelled_waiter_leaves_the_queue_holding_nothing() -> None:
-    slots = jobs.ReplySlots()
-    assert slots.acquire(limit=1, cancelled=lambda: False, waiting=lambda ahead: None)
-    cancel = threading.Event()
-    outcome: list[bool] = []
-    thread = threading.Thread(
-        target=lambda: outcome.append(slots.acquire(limit=1, cancelled=cancel.is_set, waiting=lambda ahead: None))
-    )
-    thread.start()
-    while slots.waiting == 0:
-        time.sleep(0.001)
-    cancel.set()
-    slots.wake()
-    thread.join(5)
-    assert outcome == [False] and slots.waiting == 0 and slots.holding == 1
-    slots.release()
-    assert slots.acquire(limit=1, cancelled=lambda: False, waiting=lambda ahead: None)
-
+from tests.worker_kit import running_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -95,11 +39,13 @@ LIMIT = 6
 
 @pytest_asyncio.fixture
 async def fresh_layer() -> AsyncIterator[None]:
+    """An empty channel layer, and a worker that runs at most ``LIMIT`` jobs at once."""
     layer = get_channel_layer()
     assert layer is not None
     await layer.flush()
-    yield
-    await sync_to_async(jobs.wait_idle)(30, cancel=True)
+    async with running_worker(concurrency=LIMIT):
+        yield
+        await sync_to_async(jobs.wait_idle)(30, cancel=True)
 
 
 @pytest.fixture
@@ -124,17 +70,17 @@ def cookie(user: Any) -> str:
     return cookie_for(user)
 
 
-@pytest.fixture
-def fresh_slots(monkeypatch: pytest.MonkeyPatch) -> jobs.ReplySlots:
-    slots = jobs.ReplySlots()
-    monkeypatch.setattr(jobs, "SLOTS", slots)
-    return slots
+@dataclass
+class Sampled:
+    """Connections Postgres serves for the test database, and sessions whose reply lock is held, every 20 ms."""
+
+    backends: list[int] = field(default_factory=list)
+    replying: list[int] = field(default_factory=list)
 
 
 @pytest.fixture
-def backends_seen() -> Iterator[list[int]]:
-    """How many connections Postgres serves for the test database, sampled every 20 ms from a thread."""
-    seen: list[int] = []
+def sampled() -> Iterator[Sampled]:
+    seen = Sampled()
     done = threading.Event()
 
     def sample() -> None:
@@ -143,7 +89,14 @@ def backends_seen() -> Iterator[list[int]]:
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
                     row = cursor.fetchone()
-                    seen.append(int(row[0]) if row else 0)
+                    seen.backends.append(int(row[0]) if row else 0)
+                    cursor.execute(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = %s"
+                        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                        [LOCK_NAMESPACE],
+                    )
+                    row = cursor.fetchone()
+                    seen.replying.append(int(row[0]) if row else 0)
         finally:
             connection.close()
 
@@ -156,66 +109,61 @@ def backends_seen() -> Iterator[list[int]]:
 
 @pytest.mark.asyncio
 async def test_a_hundred_replies_at_once_wait_their_turn_and_all_finish(
-    many_sessions: list[ChatSession],
-    cookie: str,
-    model: ScriptedServer,
-    fresh_slots: jobs.ReplySlots,
-    backends_seen: list[int],
-    fresh_layer: None,
-    settings: Any,
+    many_sessions: list[ChatSession], cookie: str, model: ScriptedServer, sampled: Sampled, fresh_layer: None
 ) -> None:
-    settings.CACHET_MAX_REPLIES = LIMIT
     model.push(*(Step(text="Short answer, streamed in pieces.", chunk_size=4, delay=0.005) for _ in many_sessions))
     tabs = [await connected(session.pk, cookie) for session in many_sessions]
-    before = max(backends_seen[-3:] or [0])
+    before = max(sampled.backends[-3:] or [0])
     for communicator, _ in tabs:
         await communicator.send_json_to({"type": "send", "text": "Go"})
     async with asyncio.timeout(120):
         await asyncio.gather(*(until(communicator, got, idle, timeout=110) for communicator, got in tabs))
     assert [status for _, _, status in await sync_to_async(_turns)()] == [TurnStatus.DONE] * SESSIONS
     assert len(model.requests) == SESSIONS
-    assert fresh_slots.peak == LIMIT and fresh_slots.holding == 0 and fresh_slots.waiting == 0
-    assert max(backends_seen) <= before + LIMIT + 2, "replies hold at most the limit's connections"
+    assert max(sampled.replying) == LIMIT, "the worker runs its concurrency of replies at once, never more"
+    pool = 4  # the queue's own connections (chat.worker.queue_connector)
+    assert max(sampled.backends) <= before + LIMIT + pool + 2, "replies hold at most the limit's connections"
     everything = [json.loads(raw) for _, got in tabs for raw in got.raw]
     assert not any("notice error" in json.dumps(message) for message in everything)
-    waited = [got for _, got in tabs if any("Waiting: the server is busy" in raw for raw in got.raw)]
-    assert len(waited) >= SESSIONS - LIMIT - 10, "the tabs of replies that waited said so"
+    assert all(any(jobs.QUEUED in json.loads(raw)["ops"][0]["html"] for raw in got.raw) for _, got in tabs), (
+        "every tab showed its reply queued until a worker took it"
+    )
     for communicator, _ in tabs:
         await communicator.disconnect()
 
 
 @pytest.mark.asyncio
 async def test_a_waiting_reply_can_be_stopped_and_gives_the_words_back(
-    many_sessions: list[ChatSession],
-    cookie: str,
-    model: ScriptedServer,
-    fresh_slots: jobs.ReplySlots,
-    fresh_layer: None,
-    settings: Any,
+    many_sessions: list[ChatSession], cookie: str, model: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings.CACHET_MAX_REPLIES = 1
     model.push(Step(text=" ".join(f"w{n}" for n in range(200)), chunk_size=3, delay=0.01))
-    first, first_got = await connected(many_sessions[0].pk, cookie)
-    second, second_got = await connected(many_sessions[1].pk, cookie)
-    await first.send_json_to({"type": "send", "text": "Long one"})
-    await until(first, first_got, lambda m: "live" in m)
-    await second.send_json_to({"type": "send", "text": "Waiting one"})
-    await until(second, second_got, lambda m: "this one is next" in json.dumps(m))
-    await second.send_json_to({"type": "send", "text": "Again"})
-    await until(second, second_got, lambda m: "already running" in json.dumps(m))
-    late, late_got = await connected(many_sessions[1].pk, cookie)
-    await until(late, late_got, lambda m: "this one is next" in json.dumps(m))
-    await second.send_json_to({"type": "stop"})
-    await until(second, second_got, idle)
-    assert ">Waiting one</textarea>" in second_got.puts["composer-text"]
-    assert jobs.STOPPED_WAITING in second_got.puts["notice"]
-    await first.send_json_to({"type": "stop"})
-    await until(first, first_got, idle)
-    turns = await sync_to_async(_turns)()
-    assert [(session, words) for session, words, _ in turns] == [(many_sessions[0].pk, "Long one")]
-    assert len(model.requests) == 1
-    for communicator in (first, second, late):
-        await communicator.disconnect()
+    layer = get_channel_layer()
+    assert layer is not None
+    await layer.flush()
+    async with running_worker(concurrency=1):
+        first, first_got = await connected(many_sessions[0].pk, cookie)
+        second, second_got = await connected(many_sessions[1].pk, cookie)
+        await first.send_json_to({"type": "send", "text": "Long one"})
+        await until(first, first_got, lambda m: "live" in m)
+        await second.send_json_to({"type": "send", "text": "Waiting one"})
+        await until(second, second_got, lambda m: jobs.QUEUED in json.dumps(m, ensure_ascii=False))
+        await second.send_json_to({"type": "send", "text": "Again"})
+        await until(second, second_got, lambda m: "already running" in json.dumps(m))
+        late, late_got = await connected(many_sessions[1].pk, cookie)
+        assert jobs.QUEUED in late_got.puts["controls"], "a tab opened meanwhile shows the reply queued"
+        await second.send_json_to({"type": "stop"})
+        await until(second, second_got, idle)
+        assert ">Waiting one</textarea>" in second_got.puts["composer-text"]
+        assert jobs.STOPPED_WAITING in second_got.puts["notice"]
+        await until(late, late_got, idle)
+        await first.send_json_to({"type": "stop"})
+        await until(first, first_got, idle)
+        turns = await sync_to_async(_turns)()
+        assert [(session, words) for session, words, _ in turns] == [(many_sessions[0].pk, "Long one")]
+        assert len(model.requests) == 1
+        for communicator in (first, second, late):
+            await communicator.disconnect()
+        await sync_to_async(jobs.wait_idle)(30, cancel=True)
 
 
 def test_one_thread_holds_the_baton_at_a_time_and_sets_it_down_while_it_waits() -> None:
@@ -334,12 +282,6 @@ def test_a_queue_longer_than_the_patience_is_served_in_order_and_no_one_goes_wit
         thread.join(5)
     assert order == list(range(6))
     assert held == [True] * 6
-
-
-def test_the_setting_has_a_floor_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    slots = jobs.ReplySlots()
-    assert slots.acquire(limit=0, cancelled=lambda: False, waiting=lambda ahead: None)
-    assert slots.holding == 1
 
 
 @pytest_asyncio.fixture

@@ -1,9 +1,9 @@
-"""``manage.py ask``: the reply loop from a terminal, on the same store the browser uses."""
+"""``manage.py ask``: the reply loop from a terminal, on the same store the browser uses; every open tab of the
+session follows the reply as it streams, and a Stop in one of them stops it."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,9 @@ from chat.agent.events import (
     TurnsTakenBack,
     taken_back_text,
 )
-from chat.agent.loop import ReplyLoop
 from chat.agent.model_client import ModelError, list_models
 from chat.tools import tool_list
+from chat.web import jobs
 from sessions_app.errors import StoreError
 from sessions_app.folders import folder_check
 from sessions_app.models import (
@@ -175,48 +175,54 @@ class Command(BaseCommand):
         if user is None:
             raise CommandError(f"There is no user {options['user']!r}.")
         session = self._session(options, user)
-        loop = ReplyLoop(session)
-        actions: list[Iterator[ReplyEvent]] = []
         restore = options["restore_files"]
+        actions: list[jobs.Action] = []
         if options["undo"]:
-            actions.append(loop.undo(restore=restore))
+            actions.append(jobs.Undo(restore=restore))
         elif options["rewind"] is not None:
-            actions.append(loop.rewind(options["rewind"], restore=restore))
+            actions.append(jobs.Rewind(turn=options["rewind"], restore=restore))
         elif options["compact"]:
-            actions.append(loop.compact())
+            actions.append(jobs.Compact())
         if options["regenerate"]:
-            actions.append(loop.regenerate(restore=restore))
+            actions.append(jobs.Regenerate(restore=restore))
         elif options["message"] is not None:
-            actions.append(loop.send(options["message"]))
+            actions.append(jobs.Send(words=options["message"]))
         failed = False
-        turn: Turn | None = None
-        try:
+        self.turn: Turn | None = None
+        request_ids: list[int] = []
+        with jobs.relaying_loop() as event_loop:
             for action in actions:
-                for event in action:
-                    turn = self.show(event) or turn
-        except KeyboardInterrupt:
-            loop.cancel.set()
-            self.stderr.write("Stopped.")
-            failed = True
-        except (StoreError, ModelError) as error:
-            self.stderr.write(str(error))
-            failed = True
+                try:
+                    job = jobs.run_here(session.pk, action, event_loop=event_loop, echo=self.show)
+                except KeyboardInterrupt:
+                    self.stderr.write("Stopped.")
+                    failed = True
+                    break
+                if job.reply_loop is not None:
+                    request_ids.extend(request.pk for request in job.reply_loop.requests)
+                if job.failure:
+                    self.stderr.write(job.failure)
+                    failed = True
+                    break
+        turn = self.turn
+        if turn is not None:
+            turn.refresh_from_db()
         if turn is not None and turn.status != TurnStatus.DONE:
             self.stderr.write(f"Turn {turn.number} {turn.get_status_display()}: {turn.error}")
             failed = True
         last = turn or last_live_turn(session)
-        requests = ModelRequest.objects.filter(pk__in=[request.pk for request in loop.requests])
+        requests = ModelRequest.objects.filter(pk__in=request_ids)
         prompt_tokens = sum(r.prompt_tokens or 0 for r in requests)
         cached_tokens = sum(r.cached_tokens or 0 for r in requests)
         self.stdout.write(
-            f"session={session.pk} turn={last.number if last else 0} requests={len(loop.requests)} "
+            f"session={session.pk} turn={last.number if last else 0} requests={len(request_ids)} "
             f"prompt_tokens={prompt_tokens} cached_tokens={cached_tokens}"
         )
         if failed:
             sys.exit(1)
 
-    def show(self, event: ReplyEvent) -> Turn | None:
-        """Print one event of the reply; the turn it ended, where it ended one."""
+    def show(self, event: ReplyEvent) -> None:
+        """Print one event of the reply (in the job's thread); keep the turn it ended, where it ended one."""
         out = self.stdout
         match event:
             case TextDelta(text=text) if event.turn_number:
@@ -241,5 +247,4 @@ class Command(BaseCommand):
                     self.stderr.write(f"  {line}")
             case TurnEnded(turn=turn):
                 out.write("")
-                return turn
-        return None
+                self.turn = turn

@@ -1,10 +1,18 @@
 """``manage.py serve``: migrate, seed what the environment configures, say whether each model endpoint
-answers, then run Cachet under Daphne."""
+answers, then run Cachet: Daphne in this process and a worker (``manage.py worker``) in a process of its own,
+started again when it dies; Ctrl-C stops both."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import IO, Any
 
 from django.conf import settings
 from django.core.management import call_command
@@ -20,6 +28,64 @@ from sessions_app.services.locks import orphans_interrupt
 from sessions_app.services.setup import admin_seed, endpoint_seed, workspaces_seed
 
 STARTUP_LIST_TIMEOUT = 3.0
+WORKER_STOP_SECONDS = 20.0  # a stopping worker's replies get its own 10 s, then it is killed
+RESTART_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0)  # after a worker that died within a minute of its start
+
+
+class SupervisedWorker:
+    """``manage.py worker`` in a process of its own, started again whenever it ends while this one serves."""
+
+    def __init__(self, *, say: IO[str]) -> None:
+        self.say = say
+        self.process: subprocess.Popen[bytes] | None = None
+        self.stopping = threading.Event()
+        self.starts = 0
+        self._thread = threading.Thread(target=self._supervise, name="cachet-worker-supervisor", daemon=True)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self.starts += 1
+        return subprocess.Popen([sys.executable, str(settings.BASE_DIR / "manage.py"), "worker"])
+
+    def _supervise(self) -> None:
+        quick_deaths = 0
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            self.process = self._start()
+            code = self.process.wait()
+            if self.stopping.is_set():
+                return
+            quick_deaths = quick_deaths + 1 if time.monotonic() - started < 60 else 0
+            delay = RESTART_DELAYS[min(quick_deaths, len(RESTART_DELAYS)) - 1] if quick_deaths else 0.0
+            self.say.write(f"The worker stopped (exit {code}); starting it again in {delay:g} s.\n")
+            self.say.flush()
+            if self.stopping.wait(delay):
+                return
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(WORKER_STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def supervised_worker(*, say: IO[str]) -> Iterator[SupervisedWorker]:
+    """A worker process for as long as the block runs."""
+    supervised = SupervisedWorker(say=say)
+    supervised.start()
+    try:
+        yield supervised
+    finally:
+        supervised.stop()
 
 
 def endpoint_line(found: EndpointModels) -> str:
@@ -56,6 +122,11 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("CACHET_HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("CACHET_PORT", "8000")))
         parser.add_argument("--no-serve", action="store_true", help="set up, then exit without serving")
+        parser.add_argument(
+            "--no-worker",
+            action="store_true",
+            help="serve pages only; replies run in workers started elsewhere (manage.py worker)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
@@ -70,7 +141,9 @@ class Command(BaseCommand):
         password = admin_seed()
         interrupted = orphans_interrupt()
         if interrupted:
-            self.stdout.write(f"Marked interrupted the open replies of {interrupted} session(s) of a stopped server.")
+            self.stdout.write(
+                f"Marked interrupted the open replies of {len(interrupted)} session(s) of a stopped server."
+            )
         url = f"http://{options['host']}:{options['port']}/"
         for workspace in seeded.workspaces:
             self.stdout.write(f"Workspace {workspace.name}: {workspace.folder}")
@@ -94,6 +167,11 @@ class Command(BaseCommand):
         if options["no_serve"]:
             return
         self.stdout.write(f"Cachet is serving on {url}")
+        self.stdout.flush()
         from chat.web.daphne_server import serve  # installs Twisted's reactor: only now
 
-        serve(host=options["host"], port=options["port"])
+        if options["no_worker"]:
+            serve(host=options["host"], port=options["port"])
+            return
+        with supervised_worker(say=sys.stderr):
+            serve(host=options["host"], port=options["port"])

@@ -1,0 +1,34 @@
+"""A worker of the task queue inside the test process, on the event loop of the test (or of the Daphne that the
+browser tests run), so it shares the test's in-memory channel layer: what ``manage.py worker`` runs, minus the
+process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from asgiref.sync import sync_to_async
+from django.db import connection
+
+from chat import worker
+
+
+def _forget_jobs() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM procrastinate_jobs")
+
+
+@contextlib.asynccontextmanager
+async def running_worker(*, concurrency: int = 8) -> AsyncIterator[None]:
+    """Run queued jobs while the block runs; at its end, stop them and forget every job of the queue."""
+    connector = await sync_to_async(worker.queue_connector)()
+    async with worker.queue_open(connector):
+        working = asyncio.create_task(worker.work(concurrency=concurrency, install_signal_handlers=False))
+        try:
+            yield
+        finally:
+            working.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await working
+    await sync_to_async(_forget_jobs)()
