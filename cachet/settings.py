@@ -254,13 +254,12 @@ CACHET_TODAY = os.environ.get("CACHET_TODAY", "")
 CACHET_CONNECT_TIMEOUT = float(os.environ.get("CACHET_CONNECT_TIMEOUT", "10"))
 CACHET_FIRST_TOKEN_TIMEOUT = float(os.environ.get("CACHET_FIRST_TOKEN_TIMEOUT", "600"))
 CACHET_CHUNK_TIMEOUT = float(os.environ.get("CACHET_CHUNK_TIMEOUT", "120"))
-# Replies (and undo, rewind, compaction) running at once in one process, each holding a database connection
-# while it runs; more wait their turn in order. Keep it, times the processes serving, well under Postgres's
-# max_connections (100 by default, the embedded one included), which pages and sockets share.
-CACHET_MAX_REPLIES = max(1, int(os.environ.get("CACHET_MAX_REPLIES", "32")))
-# Replies (and undo, rewind, compaction) one worker process (``manage.py worker``) runs at once; more wait in the
-# queue. Each running one holds a database connection.
-CACHET_WORKER_CONCURRENCY = max(1, int(os.environ.get("CACHET_WORKER_CONCURRENCY") or "16"))
+# Replies (and undo, rewind, compaction) one worker process (``manage.py worker``) runs at once, each holding a
+# database connection; more wait in the queue. Keep it, times the workers, well under Postgres's max_connections
+# (100 by default, the embedded one's too), which pages and sockets share. CACHET_MAX_REPLIES is its older name.
+CACHET_WORKER_CONCURRENCY = max(
+    1, int(os.environ.get("CACHET_WORKER_CONCURRENCY") or os.environ.get("CACHET_MAX_REPLIES") or "16")
+)
 CACHET_MAX_STEPS = int(os.environ.get("CACHET_MAX_STEPS", "0")) or None
 CACHET_MAX_MESSAGE_BYTES = int(os.environ.get("CACHET_MAX_MESSAGE_BYTES", "200000"))
 # The largest websocket frame (and message) Daphne reads under ``manage.py serve``; one over the message limit but

@@ -37,10 +37,11 @@ def _settings_env_names() -> set[str]:
 
 
 def test_the_services_and_their_images() -> None:
-    assert set(SERVICES) == {"db", "redis", "web", "model", "proxy"}
+    assert set(SERVICES) == {"db", "redis", "web", "worker", "model", "proxy"}
     assert SERVICES["db"]["image"] == "postgres:16"
     assert SERVICES["redis"]["image"] == "redis:7"
     assert WEB["build"] == "."
+    assert SERVICES["worker"]["image"] == WEB["image"], "the worker runs the image the web service builds"
     assert SERVICES["model"]["image"] == "ghcr.io/ggml-org/llama.cpp:server"
     assert SERVICES["proxy"]["image"].startswith("caddy:")
 
@@ -58,6 +59,16 @@ def test_the_web_command_is_manage_py_serve_on_all_interfaces() -> None:
     assert command[:3] == ["python", "manage.py", "serve"]
     assert command[command.index("--host") + 1] == "0.0.0.0"
     assert command[command.index("--port") + 1] == "8000"
+    assert "--no-worker" in command, "replies run in the worker service"
+
+
+def test_the_workers_share_the_webs_settings_and_folders_and_start_after_its_migrations() -> None:
+    worker = SERVICES["worker"]
+    assert worker["command"] == ["python", "manage.py", "worker"]
+    assert worker["environment"] == WEB["environment"]
+    assert worker["volumes"] == WEB["volumes"]
+    assert worker["depends_on"] == {"web": {"condition": "service_healthy"}}
+    assert worker["deploy"]["replicas"] == "${CACHET_WORKERS:-1}"
 
 
 def test_the_web_environment() -> None:
@@ -133,11 +144,16 @@ def test_the_start_order_waits_for_healthy_services() -> None:
     assert SERVICES["proxy"]["depends_on"] == {"web": {"condition": "service_healthy"}}
 
 
-def test_the_web_container_may_make_bubblewrap_namespaces() -> None:
-    assert set(WEB["security_opt"]) == {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"}
+def test_the_cachet_containers_may_make_bubblewrap_namespaces() -> None:
+    for name in ("web", "worker"):  # the worker runs the commands; the web process checks the sandbox at start
+        assert set(SERVICES[name]["security_opt"]) == {
+            "seccomp=unconfined",
+            "apparmor=unconfined",
+            "systempaths=unconfined",
+        }
+        assert "privileged" not in SERVICES[name]
     for name in ("db", "redis", "model", "proxy"):
-        assert "security_opt" not in SERVICES[name], f"only web runs commands; {name} keeps Docker's profiles"
-    assert "privileged" not in WEB
+        assert "security_opt" not in SERVICES[name], f"only Cachet runs commands; {name} keeps Docker's profiles"
 
 
 def _caddy_site() -> list[str]:

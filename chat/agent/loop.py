@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 
 import httpx
 from django.conf import settings
+from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from chat.agent import server_api
@@ -122,6 +123,7 @@ logger = logging.getLogger(__name__)
 
 DRAFT_SECONDS = 1.0
 STOPPED = "Stopped."
+DATABASE_LOST = "The database went away during the reply; what it had written is kept. Send again or regenerate."
 CHECK_WORKERS = 4
 CHECK_WAIT_SECONDS = 30.0
 _NOTHING_TO_CHECK = (BreakCause.FIRST, BreakCause.MODEL_CHANGE, BreakCause.RESTART)
@@ -645,6 +647,12 @@ class ReplyLoop:
         except GeneratorExit:
             turn_fail(turn=turn, error=STOPPED, interrupted=True)
             raise
+        except DatabaseError:
+            # Postgres went away: where it answers again, the turn ends interrupted with what had streamed;
+            # where not, it stays open without a lock, and a worker's sweep ends it so once it is back.
+            logger.warning("session %s: the database went away during turn %s", turn.session_id, turn.number)
+            close_old_connections()
+            turn = turn_fail(turn=turn, error=DATABASE_LOST, interrupted=True)
         except Exception as error:
             logger.exception("session %s: the reply to turn %s failed", turn.session_id, turn.number)
             turn = turn_fail(turn=turn, error=person_message(error))

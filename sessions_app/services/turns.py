@@ -285,10 +285,12 @@ def turn_finish(*, turn: Turn, unstored: str = "") -> Turn:
 @transaction.atomic
 def turn_fail(*, turn: Turn, error: str, unstored: str = "", interrupted: bool = False) -> Turn:
     """End a reply that could not finish: its message, steps and results stay stored, and so does
-    ``unstored``, the text that streamed after the last stored step."""
+    ``unstored``, the text that streamed after the last stored step (where the caller has none, the step's
+    text as last saved while it streamed)."""
     turn = Turn.objects.select_for_update(no_key=True).get(pk=turn.pk)
     if turn.status != TurnStatus.OPEN:
         return turn
+    unstored = unstored or turn_draft_text(turn)
     StepDraft.objects.filter(turn=turn).delete()
     turn.reply_text = storable(turn_reply_text(turn, unstored=unstored))
     turn.error = storable(error)

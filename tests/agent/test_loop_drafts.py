@@ -3,7 +3,13 @@ most a second of it; the stored step replaces the draft."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
 import pytest
+from django.db import connections
 
 from chat.agent import loop as loop_module
 from chat.agent.events import TextDelta
@@ -42,3 +48,43 @@ def test_the_streamed_text_is_saved_as_it_streams(
     turn = scripted_session.turns.get()
     assert turn.status == TurnStatus.DONE and turn.reply_text == TEXT
     assert not StepDraft.objects.filter(turn=turn).exists(), "the stored step replaced its draft"
+
+
+def test_a_database_lost_mid_reply_ends_the_turn_interrupted_with_what_had_streamed(
+    scripted_session: ChatSession, scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reply's connection is cut (as a Postgres restart cuts it) after a draft was saved: the next write
+    fails, the loop connects again and ends the turn interrupted, the draft's text kept as its reply."""
+    clock = Clock()
+    monkeypatch.setattr(loop_module, "time", clock)
+    scripted.push(Step(text=TEXT, chunk_size=6))
+    deltas = 0
+    events = ReplyLoop(scripted_session).send("talk slowly")
+    for event in events:
+        if isinstance(event, TextDelta):
+            deltas += 1
+            if deltas == 4:
+                clock.advance(DRAFT_SECONDS)  # the next piece saves the draft
+            elif deltas == 6:
+                draft = StepDraft.objects.get(turn__session=scripted_session, number=1)
+                assert draft.text
+                with connections["default"].cursor() as cursor:
+                    cursor.execute("SELECT pg_backend_pid()")
+                    (pid,) = cursor.fetchone()
+                with _another_connection() as other:
+                    other.execute("SELECT pg_terminate_backend(%s)", [pid])
+                clock.advance(DRAFT_SECONDS)  # the next save finds the connection gone
+    turn = scripted_session.turns.get()
+    assert turn.status == TurnStatus.INTERRUPTED
+    assert turn.error == loop_module.DATABASE_LOST
+    assert turn.reply_text.startswith(draft.text), "what had been saved as it streamed is the reply's text"
+    assert not StepDraft.objects.filter(turn=turn).exists()
+
+
+@contextlib.contextmanager
+def _another_connection() -> Iterator[Any]:
+    params = connections["default"].get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as other, other.cursor() as cursor:
+        yield cursor
