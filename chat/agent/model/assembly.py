@@ -88,6 +88,17 @@ class StreamAssembler:
         """Take one chunk; True when it carried generated content (text, reasoning or a call)."""
         if self.model is None and isinstance(chunk.get("model"), str):
             self.model = chunk["model"]
+        self._accounting(chunk)
+        produced = False
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if isinstance(choice, dict) and choice.get("index", 0) in (0, None):
+                produced = self._choice(choice) or produced
+        if produced:
+            self.got_token = True
+        return produced
+
+    def _accounting(self, chunk: dict[str, Any]) -> None:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
@@ -100,22 +111,15 @@ class StreamAssembler:
         cached = int_or_none(chunk.get("prompt_eval_cached_count"))
         if cached is not None:
             self.ollama_cached = cached
-        produced = False
-        choices = chunk.get("choices")
-        if isinstance(choices, list):
-            for choice in choices:
-                if not isinstance(choice, dict) or choice.get("index", 0) not in (0, None):
-                    continue
-                delta = choice.get("delta")
-                if not isinstance(delta, dict):
-                    delta = choice.get("message")
-                if isinstance(delta, dict):
-                    produced = self._delta(delta) or produced
-                reason = choice.get("finish_reason")
-                if isinstance(reason, str) and reason:
-                    self.finish_reason = reason
-        if produced:
-            self.got_token = True
+
+    def _choice(self, choice: dict[str, Any]) -> bool:
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            delta = choice.get("message")
+        produced = self._delta(delta) if isinstance(delta, dict) else False
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            self.finish_reason = reason
         return produced
 
     def _delta(self, delta: dict[str, Any]) -> bool:
