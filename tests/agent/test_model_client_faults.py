@@ -227,7 +227,7 @@ def cancel_when(condition: Callable[[], object], *, plain: bool = False) -> thre
 
 @pytest.mark.parametrize("plain", [False, True], ids=["cancel", "plain-event"])
 def test_cancel_interrupts_a_stalled_read(server: ScriptedServer, plain: bool) -> None:
-    """A ``Cancel`` wakes the read at once; a plain event is seen at the next idle tick."""
+    """A ``Cancel`` wakes the read at once; a plain event is looked at while the read waits."""
     server.push(Step(fault="stall"))  # the role delta, then silence for a minute: a cut, were it not cancelled
     cancel = cancel_when(lambda: server.requests, plain=plain)
     with pytest.raises(ModelCancelled) as caught:

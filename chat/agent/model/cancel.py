@@ -2,8 +2,8 @@
 
 ``Cancel`` is a ``threading.Event`` whose ``set()`` also runs the hooks registered by whatever waits on the model
 at that moment: a stream waiting for the server's next bytes is woken at once, with no polling. A plain
-``threading.Event`` is still accepted where a cancel is asked for; it is looked at between chunks and at each
-idle tick (``IDLE_SECONDS``), so pass a ``Cancel`` where Stop has to be prompt.
+``threading.Event`` is still accepted where a cancel is asked for, for callers not yet moved to ``Cancel``: a
+stream given one looks at it every ``PLAIN_EVENT_SECONDS`` while it waits, as the client always did before.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
+
+PLAIN_EVENT_SECONDS = 0.05  # how often a wait looks at a plain event (a ``Cancel`` wakes it instead)
 
 
 class Cancel(threading.Event):
@@ -41,6 +43,12 @@ class Cancel(threading.Event):
         finally:
             with self._hooks_lock:
                 self._hooks.remove(hook)
+
+
+def longest_wait(cancel: threading.Event | None) -> float:
+    """How long a wait may last before it looks at ``cancel`` again: as long as it likes, unless ``cancel`` is a
+    plain event, which cannot wake it."""
+    return PLAIN_EVENT_SECONDS if cancel is not None and not isinstance(cancel, Cancel) else float("inf")
 
 
 @contextlib.contextmanager

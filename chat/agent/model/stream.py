@@ -8,7 +8,8 @@ connect, first-token and between-chunk timeouts are enforced separately.
 
 The caller's thread waits for the server's next bytes with the nearer of the stream's deadline and the next idle
 tick as its timeout (an event loop timer, not a poll); a ``Cancel`` set from another thread wakes that wait at
-once, and the connection is then closed, which tells the server the client has gone. A server that closes the
+once (a plain ``threading.Event`` is looked at every 50 ms), and the connection is then closed, which tells the
+server the client has gone. A server that closes the
 connection before any response is ``ModelUnavailable``; one that closes a started stream before ``[DONE]`` or a
 finish reason is ``ModelStreamCut``.
 """
@@ -25,7 +26,7 @@ from typing import Any, Protocol
 import httpx
 
 from chat.agent.model.assembly import Completion, Idle, StreamAssembler, StreamPiece
-from chat.agent.model.cancel import woken_by
+from chat.agent.model.cancel import longest_wait, woken_by
 from chat.agent.model.errors import (
     ModelCancelled,
     ModelError,
@@ -172,7 +173,7 @@ class _Reading:
         self.started = stream._started
         self.first_token_at: float | None = None
         self.last_bytes_at = self.last_yield_at = self.started
-        self.answered = False  # the answer's head came
+        self.longest_wait = longest_wait(stream.cancel)
 
     def pieces(self) -> Iterator[StreamPiece]:
         """The answer's pieces as they come, an ``Idle`` after each quiet ``IDLE_SECONDS``; ends at ``[DONE]`` or
@@ -215,7 +216,7 @@ class _Reading:
                 self.last_yield_at = now
                 return None
             try:
-                item = self.exchange.next(min(deadline, tick) - now)
+                item = self.exchange.next(min(deadline - now, tick - now, self.longest_wait))
             except ExchangeFailed as failure:
                 raise self._failed(failure) from failure.error
             if isinstance(item, bytes):
@@ -229,7 +230,6 @@ class _Reading:
         return self.last_bytes_at + self.timeouts.between_chunks
 
     def _head(self, head: Head) -> None:
-        self.answered = True
         if head.status != 200:
             raise http_error(head.body, url=self.url, status=head.status)
         if not is_event_stream(head.content_type):

@@ -266,7 +266,7 @@ class Exchange:
                     await self._once()
                     return
                 except Exception as error:
-                    if self._unsent and attempt < UNSENT_RETRIES:
+                    if (self._unsent or _reset(error)) and attempt < UNSENT_RETRIES:
                         logger.info("the request to %s did not get out (%s); sending it again", self.url, error)
                         continue
                     self._fail(error, answered=False)
@@ -313,6 +313,20 @@ class Exchange:
             self._unsent = True
         elif event.endswith("send_request_body.complete"):
             self._mark_sent()
+
+
+def _reset(error: BaseException) -> bool:
+    """Whether the server reset the connection: it closed it with part of the request unread. (Where the reset
+    came while the request was still being written, the event loop may report the writing done and the reset
+    only on the read that follows.)"""
+    cause: BaseException | None = error
+    for _ in range(10):
+        if cause is None:
+            return False
+        if isinstance(cause, ConnectionResetError | BrokenPipeError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 async def _read_limited(response: httpx.Response, limit: int) -> bytes:
