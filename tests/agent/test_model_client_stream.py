@@ -216,14 +216,14 @@ def test_start_returns_once_the_request_is_written(reads: bool) -> None:
 
 
 def test_start_without_waiting_returns_at_once_and_start_then_waits_for_the_writing() -> None:
-    """The loop sends a request while it writes its record: ``start(wait=False)`` gets the request as far as it
-    goes without waiting and returns; a later ``start()`` waits for it to be written, as a first one would."""
+    """The loop sends a request before it writes its record: ``start(wait=False)`` waits for the writing only
+    briefly (``SEND_AHEAD_SECONDS``); a later ``start()`` waits for it to be written, as a first one would."""
     receiver = _Receiver()
     body = b'{"messages": [], "padding": "' + b"x" * (16 << 20) + b'"}'
     answer = stream_chat(base_url=receiver.base_url, api_key=None, body=body, timeouts=FAST)
     try:
         answer.start(wait=False)
-        assert not answer.sent, "returned before the writing"
+        assert not answer.sent, "returned before the writing was done"
         receiver.reading.set()  # the server reads from now on
         answer.start()
         assert answer.sent, "start waited for the writing"

@@ -46,6 +46,7 @@ from chat.agent.model.sse import SSEDecoder, SSEEvent
 from chat.agent.model.transport import End, Exchange, ExchangeFailed, Head, Item, ModelClient, is_event_stream
 
 SEND_WAIT_SECONDS = 0.5  # ``start`` waits at most this long for the request to be written
+SEND_AHEAD_SECONDS = 0.05  # ``start(wait=False)`` at most this long
 IDLE_SECONDS = 0.5  # nothing came for this long: an ``Idle`` piece
 DRAIN_SECONDS = 0.2  # a finished answer's last bytes may take this long, so its connection is kept
 
@@ -111,8 +112,9 @@ class ModelStream:
 
     def start(self, *, wait: bool = True) -> None:
         """Send the request now, before the iteration (which sends it where this was not called). With ``wait``,
-        return once it is written (or after ``SEND_WAIT_SECONDS``, or on a cancel); without, once it is as far
-        as it gets without waiting (connecting, or written where the socket takes it whole)."""
+        return once it is written (or after ``SEND_WAIT_SECONDS``, or on a cancel); without, after
+        ``SEND_AHEAD_SECONDS`` at most, so that what the caller does next (writing the request's record) is not
+        held up long by a server that reads slowly: a later ``start()`` or the iteration writes the rest."""
         cancelled = self.cancel is not None and self.cancel.is_set()
         if self._exchange is None:
             client = self.client
@@ -128,7 +130,7 @@ class ModelStream:
         if cancelled:
             return
         with woken_by(self.cancel, self._exchange.wake):
-            self._exchange.start(wait=SEND_WAIT_SECONDS if wait else 0.0)
+            self._exchange.start(wait=SEND_WAIT_SECONDS if wait else SEND_AHEAD_SECONDS)
 
     def close(self) -> None:
         """Stop an answer that is not finished (a started one that is never iterated included)."""
