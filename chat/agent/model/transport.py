@@ -83,7 +83,8 @@ os.register_at_fork(after_in_child=_forget_shared_client)
 class ModelClient:
     """The client of a run of chat requests (one action's): its connection is kept open between them.
 
-    Its event loop runs only while a caller drives one of its exchanges; use it from one thread at a time."""
+    Its event loop runs only while a caller drives one of its exchanges; use it from one thread at a time, and
+    from synchronous code (a worker's thread, not inside a running event loop)."""
 
     def __init__(self, http: httpx.AsyncClient | None = None) -> None:
         self._http = http
