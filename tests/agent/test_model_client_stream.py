@@ -249,6 +249,8 @@ def test_requests_start_no_thread(server: ScriptedServer) -> None:
             assert done.text.startswith("answer")
             started = [t for t in set(threading.enumerate()) - before if "process_request" not in t.name]
             assert started == [], "no thread was started (but the server's own)"
+        with server._lock:
+            assert len(server._connections) == 1, "every request on the one kept connection"
     finally:
         client.close()
 

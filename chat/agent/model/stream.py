@@ -48,7 +48,7 @@ from chat.agent.model.transport import End, Exchange, ExchangeFailed, Head, Item
 SEND_WAIT_SECONDS = 0.5  # ``start`` waits at most this long for the request to be written
 SEND_AHEAD_SECONDS = 0.05  # ``start(wait=False)`` at most this long
 IDLE_SECONDS = 0.5  # nothing came for this long: an ``Idle`` piece
-DRAIN_SECONDS = 0.2  # a finished answer's last bytes may take this long, so its connection is kept
+DRAIN_SECONDS = 0.05  # a finished answer's last bytes (after [DONE]) may take this long, so its connection is kept
 
 
 @dataclass(frozen=True)
