@@ -292,7 +292,7 @@ def record_session(work: Path, name: str, actions: Sequence[Action]) -> Recorded
     from django.contrib.auth import get_user_model
 
     from chat.agent.loop import ReplyLoop
-    from chat.agent.model_client import Timeouts
+    from chat.agent.model import Timeouts
     from chat.tools import tool_list
     from sessions_app.models import ModelEndpoint, Workspace
     from sessions_app.selectors.sessions import history_turns
@@ -450,7 +450,7 @@ class Totals:
 
 def send(server: LlamaServer, body: bytes) -> Usage:
     """One request to llama.cpp; what it reports."""
-    from chat.agent.model_client import Timeouts, stream_chat
+    from chat.agent.model import Timeouts, stream_chat
 
     timeouts = Timeouts(connect=10, first_token=1800, between_chunks=600)
     completion = stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=timeouts).complete()
@@ -581,7 +581,7 @@ def run_reference(
 ) -> float:
     """Cachet and the peers on the first shape, then Cachet on every shape (on ``one_call()``'s session, one
     tool call a step, where the shape's template refuses several); the worst R."""
-    from chat.agent.model_client import ModelHTTPError
+    from chat.agent.model import ModelHTTPError
 
     variants: dict[str, Callable[[Recorded], list[bytes]]] = {
         "cachet": lambda r: [sent.body for sent in r.sent],

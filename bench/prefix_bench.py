@@ -99,7 +99,7 @@ def main() -> None:
     from django.contrib.auth import get_user_model
 
     from chat.agent.loop import ReplyLoop
-    from chat.agent.model_client import Timeouts, stream_chat
+    from chat.agent.model import Timeouts, stream_chat
     from chat.tools import tool_list
     from sessions_app.models import LastRequest, ModelEndpoint, ModelRequest, Workspace
     from sessions_app.services.sessions import session_start

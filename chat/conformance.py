@@ -24,7 +24,7 @@ from django.db import transaction
 
 from chat.agent.events import Compacted, ReplyEvent, RequestStarted, ResultStored, TurnEnded, TurnStarted
 from chat.agent.loop import ReplyLoop
-from chat.agent.model_client import Completion, StreamPiece, TextPiece, ToolCall, ToolCallPiece
+from chat.agent.model import Completion, StreamPiece, TextPiece, ToolCall, ToolCallPiece
 from chat.agent.workspace import sandbox_settings
 from chat.tools import tool_list
 from chat.tools.sandbox import give_to_commands

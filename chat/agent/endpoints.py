@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from time import monotonic
 
-from chat.agent.model_client import ModelError, ModelHTTPError, ModelProtocolError, failure_reason, list_models
+from chat.agent.model import ModelError, ModelHTTPError, ModelProtocolError, failure_reason, list_models
 from sessions_app.models import ModelEndpoint
 
 FALLBACK_MODEL = "default"  # the model asked for where nobody named one and the server lists none

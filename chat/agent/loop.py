@@ -31,7 +31,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
-import httpx
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
@@ -56,12 +55,14 @@ from chat.agent.events import (
     TurnsTakenBack,
     TurnStarted,
 )
-from chat.agent.model_client import (
+from chat.agent.model import (
+    Cancel,
     Completion,
     HttpModel,
     Idle,
     Model,
     ModelCancelled,
+    ModelClient,
     ModelContextExceeded,
     ModelError,
     ReasoningPiece,
@@ -203,7 +204,7 @@ class ReplyLoop:
         tool, a cache check): the web process lets another reply do its own work meanwhile."""
         self.session = session
         self.waiting = waiting
-        self.cancel = cancel or threading.Event()
+        self.cancel = cancel or Cancel()  # a ``Cancel`` wakes a wait on the model at once
         self.config = config or prompts.rules_config()
         self.date = date
         self.max_steps = max_steps or settings.CACHET_MAX_STEPS or prompts.loop_settings().max_steps
@@ -217,7 +218,7 @@ class ReplyLoop:
         self._counter: RequestCounter | None = None
         self._checks: list[_PendingCheck] = []
         self._last_unkept = False
-        self._client: httpx.Client | None = None
+        self._client: ModelClient | None = None
         self._drafted: set[tuple[int, int]] = set()
         self._held: list[ReplyEvent | _Answered] = []
 

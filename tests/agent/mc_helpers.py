@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import httpx
+
+from chat.agent.model import Idle, ModelClient
 
 SYSTEM = "You are Cachet's test model. Answer briefly and keep to the point. " * 12
 
@@ -43,7 +45,7 @@ def mock_client(
     status: int = 200,
     content_type: str = "text/event-stream",
     seen: list[httpx.Request] | None = None,
-) -> httpx.Client:
+) -> ModelClient:
     """A client whose every request gets `body_parts` streamed back, one part per read."""
     parts = list(body_parts)
 
@@ -52,12 +54,13 @@ def mock_client(
             request.read()
             seen.append(request)
 
-        def stream() -> Iterator[bytes]:
-            yield from parts
+        async def stream() -> AsyncIterator[bytes]:
+            for part in parts:
+                yield part
 
         return httpx.Response(status, headers={"Content-Type": content_type}, content=stream())
 
-    return httpx.Client(transport=httpx.MockTransport(handler))
+    return ModelClient(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
 
 
 def bytewise(data: bytes) -> list[bytes]:
@@ -66,7 +69,5 @@ def bytewise(data: bytes) -> list[bytes]:
 
 def collect(stream: Any) -> tuple[Any, list[Any]]:
     """Iterate a model stream to its end: its completion, and the pieces it yielded (idle ticks left out)."""
-    from chat.agent.model_client import Idle
-
     pieces = [piece for piece in stream if not isinstance(piece, Idle)]
     return stream.completion, pieces

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from chat.agent.loop import ReplyLoop
-from chat.agent.model_client import Timeouts
+from chat.agent.model import Timeouts
 from chat.tools import tool_list
 from sessions_app.models import BreakCause, CacheMiss, ChatSession, ModelEndpoint, ModelRequest, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start

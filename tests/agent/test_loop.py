@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from chat.agent.events import BranchFlipped, ResultStored, TextDelta, TurnEnded
 from chat.agent.loop import ReplyLoop
-from chat.agent.model_client import Timeouts
+from chat.agent.model import Timeouts
 from chat.tools import tool_list
 from sessions_app.errors import FolderRefused, NotAMember, ReplyInProgress
 from sessions_app.models import (

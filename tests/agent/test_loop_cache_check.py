@@ -12,7 +12,7 @@ import pytest
 import chat.agent.loop as loop_module
 from chat.agent.events import CacheChecked, ReplyEvent, RequestFinished, RequestStarted
 from chat.agent.loop import ReplyLoop
-from chat.agent.model_client import Timeouts
+from chat.agent.model import Timeouts
 from chat.tools import tool_list
 from chat.web.publisher import Publisher, _Send
 from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, TurnStatus, Workspace

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from chat.agent.loop import ReplyLoop, today
-from chat.agent.model_client import Timeouts
+from chat.agent.model import Timeouts
 from chat.tools import tool_list
 from chat.web.display import CompactionView
 from chat.web.fragments import compaction_put

@@ -26,7 +26,7 @@ from chat.agent.events import (
     TurnStarted,
 )
 from chat.agent.loop import ReplyLoop
-from chat.agent.model_client import HttpModel, ModelStream
+from chat.agent.model import HttpModel, ModelStream
 from sessions_app.errors import StoreError
 from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, TurnStatus
 from sessions_app.selectors.requests import RequestBuilder, previous_request

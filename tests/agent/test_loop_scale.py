@@ -11,7 +11,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from chat.agent.loop import ReplyLoop
-from chat.agent.model_client import Timeouts
+from chat.agent.model import Timeouts
 from sessions_app.hygiene.outcomes import ReadOutcome
 from sessions_app.models import ChatSession, ModelRequest, Turn
 from sessions_app.services.results import result_insert

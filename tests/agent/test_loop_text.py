@@ -7,7 +7,7 @@ import json
 import pytest
 
 from chat.agent.loop import ReplyLoop
-from chat.agent.model_client import Timeouts
+from chat.agent.model import Timeouts
 from sessions_app.models import ChatSession, Result, TurnStatus
 from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -10,8 +11,10 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from chat.agent.model_client import (
+from chat.agent.model import (
+    Cancel,
     ModelCancelled,
+    ModelClient,
     ModelError,
     ModelHTTPError,
     ModelProtocolError,
@@ -150,7 +153,7 @@ def test_connect_timeout_is_unavailable() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectTimeout("timed out", request=request)
 
-    client = httpx.Client(transport=httpx.MockTransport(handler))
+    client = ModelClient(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
     with pytest.raises(ModelUnavailable, match="connection timed out"):
         stream_chat(
             base_url="http://model.lan:8080/v1", api_key=None, body=b"{}", timeouts=FAST, client=client
@@ -164,7 +167,7 @@ def test_unknown_host_is_unavailable() -> None:
         except socket.gaierror as error:
             raise httpx.ConnectError(str(error), request=request) from error
 
-    client = httpx.Client(transport=httpx.MockTransport(handler))
+    client = ModelClient(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
     with pytest.raises(ModelUnavailable) as caught:
         stream_chat(
             base_url="http://model.lan:8080/v1", api_key=None, body=b"{}", timeouts=FAST, client=client
@@ -207,10 +210,10 @@ def test_between_chunks_timeout_keeps_partial_text(server: ScriptedServer) -> No
     assert caught.value.partial.time_to_first_token is not None
 
 
-def cancel_when(condition: Callable[[], object]) -> threading.Event:
-    """An event set, from another thread, once ``condition`` holds (looked at every few milliseconds, for a
-    minute at most)."""
-    event = threading.Event()
+def cancel_when(condition: Callable[[], object], *, plain: bool = False) -> threading.Event:
+    """A ``Cancel`` (or, with ``plain``, a plain event) set from another thread once ``condition`` holds (looked
+    at every few milliseconds, for a minute at most)."""
+    event = threading.Event() if plain else Cancel()
     deadline = time.monotonic() + 60
 
     def watch() -> None:
@@ -222,9 +225,11 @@ def cancel_when(condition: Callable[[], object]) -> threading.Event:
     return event
 
 
-def test_cancel_interrupts_a_stalled_read(server: ScriptedServer) -> None:
+@pytest.mark.parametrize("plain", [False, True], ids=["cancel", "plain-event"])
+def test_cancel_interrupts_a_stalled_read(server: ScriptedServer, plain: bool) -> None:
+    """A ``Cancel`` wakes the read at once; a plain event is looked at while the read waits."""
     server.push(Step(fault="stall"))  # the role delta, then silence for a minute: a cut, were it not cancelled
-    cancel = cancel_when(lambda: server.requests)
+    cancel = cancel_when(lambda: server.requests, plain=plain)
     with pytest.raises(ModelCancelled) as caught:
         ask(server, Timeouts(), cancel=cancel)
     assert one_line(caught.value) == f"The request to {url_of(server)} was cancelled."
@@ -253,29 +258,52 @@ def test_cancel_before_start(server: ScriptedServer) -> None:
 
 
 def test_cancel_while_the_server_holds_back_its_headers() -> None:
-    asked, release = threading.Event(), threading.Event()
+    asked = threading.Event()
     answered: list[bool] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx.Request) -> httpx.Response:
         asked.set()
-        release.wait()  # until the test is over: the headers never come while the client waits
+        await asyncio.Event().wait()  # the headers never come while the client waits
         answered.append(True)
         return httpx.Response(200, headers={"Content-Type": "text/event-stream"}, content=b"")
 
-    client = httpx.Client(transport=httpx.MockTransport(handler))
+    client = ModelClient(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    with pytest.raises(ModelCancelled):
+        stream_chat(
+            base_url="http://m/v1",
+            api_key=None,
+            body=b"{}",
+            timeouts=Timeouts(),
+            cancel=cancel_when(asked.is_set),
+            client=client,
+        ).complete()
+    assert answered == [], "cancelled while the headers were still held back"
+
+
+def test_cancel_while_a_real_server_reads_the_prompt() -> None:
+    """llama-server sends its headers with the first token: a Stop during a long prompt's reading meets a
+    socket that has sent nothing, and still ends the request, closing the connection."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    received: list[bytes] = []
+    closed = threading.Event()
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            while chunk := connection.recv(1 << 16):  # the request, then nothing back until the client goes
+                received.append(chunk)
+        closed.set()
+
+    threading.Thread(target=serve, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
     try:
         with pytest.raises(ModelCancelled):
             stream_chat(
-                base_url="http://m/v1",
-                api_key=None,
-                body=b"{}",
-                timeouts=Timeouts(),
-                cancel=cancel_when(asked.is_set),
-                client=client,
+                base_url=url, api_key=None, body=b"{}", timeouts=Timeouts(), cancel=cancel_when(lambda: received)
             ).complete()
-        assert answered == [], "cancelled while the headers were still held back"
+        assert closed.wait(10), "the client closed its connection"
     finally:
-        release.set()
+        listener.close()
 
 
 def test_http_error_with_plain_text_body() -> None:
@@ -297,7 +325,7 @@ def test_http_error_excerpt_is_short() -> None:
 
 
 def test_a_request_past_the_context_is_a_clear_error() -> None:
-    from chat.agent.model_client import ModelContextExceeded
+    from chat.agent.model import ModelContextExceeded
 
     with ScriptedServer(n_ctx=5) as small, pytest.raises(ModelContextExceeded) as raised:
         ask(small)

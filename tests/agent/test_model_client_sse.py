@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from chat.agent.model_client import (
+from chat.agent.model import (
     ModelHTTPError,
     ModelProtocolError,
     ModelStreamCut,

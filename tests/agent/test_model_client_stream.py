@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import json
 import socket
 import threading
-import time
 import weakref
 
 import pytest
 
-from chat.agent.model_client import (
-    WORKERS,
+from chat.agent.model import (
+    ModelClient,
     ModelUnavailable,
     ReasoningPiece,
     TextPiece,
     Timeouts,
     ToolCallPiece,
-    _Workers,
     list_models,
     stream_chat,
 )
@@ -194,16 +193,15 @@ class _Receiver:
 
 @pytest.mark.parametrize("reads", [False, True])
 def test_start_returns_once_the_request_is_written(reads: bool) -> None:
-    """What the caller does after ``start`` (storing, rendering) must not hold up the thread writing the
-    request: ``start`` returns once it is written, and waits no longer than ``SEND_WAIT_SECONDS`` for that."""
+    """What the caller does after ``start`` (storing, rendering) must not wait for the model's answer:
+    ``start`` returns once the request is written, and waits no longer than ``SEND_WAIT_SECONDS`` for that."""
     receiver = _Receiver()
     if reads:
         receiver.reading.set()
     body = b'{"messages": [], "padding": "' + b"x" * (16 << 20) + b'"}'  # more than the socket buffers hold
     answer = stream_chat(base_url=receiver.base_url, api_key=None, body=body, timeouts=FAST)
     answer.start()
-    assert answer._exchange is not None
-    written = answer._exchange.sent.is_set()
+    written = answer.sent
     try:
         if reads:
             # all of it written: what the server has not read yet is at most what the buffers between hold
@@ -218,72 +216,64 @@ def test_start_returns_once_the_request_is_written(reads: bool) -> None:
 
 
 def test_start_without_waiting_returns_at_once_and_start_then_waits_for_the_writing() -> None:
-    """The loop sends a request while it writes its record: ``start(wait=False)`` hands the request to a worker
-    and returns; a later ``start()`` waits for it to be written, as a first one would."""
+    """The loop sends a request before it writes its record: ``start(wait=False)`` waits for the writing only
+    briefly (``SEND_AHEAD_SECONDS``); a later ``start()`` waits for it to be written, as a first one would."""
     receiver = _Receiver()
     body = b'{"messages": [], "padding": "' + b"x" * (16 << 20) + b'"}'
     answer = stream_chat(base_url=receiver.base_url, api_key=None, body=body, timeouts=FAST)
     try:
         answer.start(wait=False)
-        assert answer._exchange is not None and not answer._exchange.sent.is_set(), "returned before the writing"
+        assert not answer.sent, "returned before the writing was done"
         receiver.reading.set()  # the server reads from now on
         answer.start()
-        assert answer._exchange.sent.is_set(), "start waited for the writing"
+        assert answer.sent, "start waited for the writing"
         assert receiver.received > len(body) // 2
     finally:
         answer.close()
         receiver.close()
 
 
-def test_the_threads_that_send_requests_are_kept_for_the_next_ones(server: ScriptedServer) -> None:
-    """Starting a thread per request cost most of a millisecond between the model's answer and the next
-    request; an idle worker takes the next request instead."""
+def test_requests_start_no_thread(server: ScriptedServer) -> None:
+    """Handing each request to a thread cost most of a millisecond between the model's answer and the next
+    request; the stream is read on the caller's own thread, and a client's connection serves the next request."""
     server.push(*[Step(text=f"answer {n}") for n in range(6)])
-
-    def senders() -> set[int]:
-        return {thread.ident or 0 for thread in threading.enumerate() if thread.name == "model-stream"}
-
-    def ask() -> None:
-        collect(stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST))
-        deadline = time.monotonic() + 2
-        while WORKERS.idle == 0 and time.monotonic() < deadline:  # its worker is idle again just after
-            time.sleep(0.005)
-
-    ask()
-    before = senders()
-    for _ in range(5):
-        ask()
-    assert senders() - before == set(), "one request at a time: no new thread"
-
-
-class _Work:
-    def __init__(self) -> None:
-        self.ran = threading.Event()
-
-    def __call__(self) -> None:
-        self.ran.set()
+    before = set(threading.enumerate())
+    client = ModelClient()
+    try:
+        for _ in range(6):
+            done, _pieces = collect(
+                stream_chat(
+                    base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST, client=client
+                )
+            )
+            assert done.text.startswith("answer")
+            started = [t for t in set(threading.enumerate()) - before if "process_request" not in t.name]
+            assert started == [], "no thread was started (but the server's own)"
+        with server._lock:
+            assert len(server._connections) == 1, "every request on the one kept connection"
+    finally:
+        client.close()
 
 
-def test_an_idle_worker_keeps_nothing_of_its_work_and_ends_after_a_while() -> None:
-    workers = _Workers(idle_seconds=0.2)
-    work = _Work()
-    ran, kept = work.ran, weakref.ref(work)
-    workers.run(work)
-    del work
-    assert ran.wait(2)
-    deadline = time.monotonic() + 2
-    while workers.idle == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert workers.idle == 1
-    gc.collect()
-    assert kept() is None, "the idle worker does not hold the request it sent"
-    again = threading.Event()
-    workers.run(again.set)  # taken by the idle worker
-    assert again.wait(2)
-    deadline = time.monotonic() + 3
-    while workers.idle and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert workers.idle == 0, "the idle worker went away"
-    late = threading.Event()
-    workers.run(late.set)  # a new one starts
-    assert late.wait(2)
+class _Body:
+    """A request body that can be watched for being let go (``bytes`` cannot be referenced weakly)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def test_a_client_keeps_nothing_of_a_finished_request(server: ScriptedServer) -> None:
+    """A client lives as long as its action; the requests it sent (their bodies may be megabytes) do not."""
+    server.push(Step(text="ok"))
+    client = ModelClient()
+    try:
+        body = _Body(chat_body(first_turn()))
+        stream = stream_chat(base_url=server.base_url, api_key=None, body=body.data, timeouts=FAST, client=client)
+        kept = weakref.ref(stream)
+        stream.complete()
+        del stream, body
+        gc.collect()
+        assert kept() is None, "the finished stream is let go"
+        assert client.loop.is_running() is False and not [t for t in asyncio.all_tasks(client.loop) if not t.done()]
+    finally:
+        client.close()

@@ -169,7 +169,7 @@ def test_server_root_strips_the_openai_suffix() -> None:
 def test_the_real_server_refuses_a_request_past_its_window_as_the_scripted_one_does(llama: LlamaServer) -> None:
     import json
 
-    from chat.agent.model_client import ModelContextExceeded, Timeouts, stream_chat
+    from chat.agent.model import ModelContextExceeded, Timeouts, stream_chat
     from testing.scripted_server import exceeds_context
 
     body = {"model": "tiny", "stream": True, "messages": [{"role": "user", "content": "word, " * 1000}]}

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 from chat.agent.loop import ReplyLoop
-from chat.agent.model_client import Timeouts
+from chat.agent.model import Timeouts
 from chat.agent.workspace import workspace_context
 from chat.tools import call_tool, tool_list
 from sessions_app import prompts

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from chat.agent.model_client import Completion, Timeouts, list_models, stream_chat
+from chat.agent.model import Completion, Timeouts, list_models, stream_chat
 from testing.tiny_gguf import ModelShape, write_model
 from tests.agent.mc_helpers import SYSTEM
 
