@@ -30,7 +30,7 @@ from procrastinate.contrib.django import app as queue_app
 
 from chat.agent.events import ReplyEvent, TurnStarted
 from chat.agent.loop import ReplyLoop
-from chat.agent.model_client import ModelError
+from chat.agent.model import Cancel, ModelError
 from chat.web import fragments
 from chat.web.messages import Put, pack
 from chat.web.publisher import MESSAGE_TYPE, Publisher, Relay, _Send, _Snapshot, reply_group, session_group
@@ -238,7 +238,7 @@ class Job:
     layer: BaseChannelLayer
     event_loop: asyncio.AbstractEventLoop
     reply_to: str | None = None
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: Cancel = field(default_factory=Cancel)  # its set() ends a read of the model's answer at once
     free: threading.Event = field(default_factory=threading.Event)  # the session is free for the next action
     done: threading.Event = field(default_factory=threading.Event)  # and the last of the job's sends is put
     relay: Relay = field(init=False)

@@ -22,7 +22,7 @@ from chat.agent.events import (
     TurnsTakenBack,
     taken_back_text,
 )
-from chat.agent.model_client import ModelError, list_models
+from chat.agent.model import ModelError, list_models
 from chat.tools import tool_list
 from chat.web import jobs
 from sessions_app.errors import StoreError
