@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
-import concurrent.futures
 import contextlib
 import enum
 import hashlib
@@ -36,7 +35,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,32 +118,45 @@ class _Outgoing:
     pg: str
     target: str
     body: str
-    done: concurrent.futures.Future[None]
+    done: asyncio.Future[None]  # on the sender's loop
 
 
-def _wake_waiters(waiters: Iterable[asyncio.Future[None]]) -> None:
-    for waiter in waiters:
-        if not waiter.done():
-            waiter.set_result(None)
+_Result = tuple[asyncio.Future[None], BaseException | None]
 
 
-def _wake(waiters: list[asyncio.Future[None]]) -> None:
-    """Wake receives, on their own loops: at once on the running loop, else one call per loop."""
-    if not waiters:
+def _settle_here(results: Iterable[_Result]) -> None:
+    for future, error in results:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+
+def _settle(results: Sequence[_Result]) -> None:
+    """Settle futures on their own loops: at once on the running loop, else one call per loop (one wake-up
+    of each loop however many futures it has)."""
+    if not results:
         return
     try:
         running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:
         running = None
-    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-    for waiter in waiters:
-        by_loop.setdefault(waiter.get_loop(), []).append(waiter)
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Result]] = {}
+    for result in results:
+        by_loop.setdefault(result[0].get_loop(), []).append(result)
     for loop, some in by_loop.items():
         if loop is running:
-            _wake_waiters(some)
+            _settle_here(some)
         else:
             with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
-                loop.call_soon_threadsafe(_wake_waiters, some)
+                loop.call_soon_threadsafe(_settle_here, some)
+
+
+def _wake(waiters: list[asyncio.Future[None]]) -> None:
+    """Wake receives, on their own loops."""
+    _settle([(waiter, None) for waiter in waiters])
 
 
 class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
@@ -174,7 +186,7 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
         self._group_of: dict[str, str] = {}  # Postgres channel: group
         self._plain: set[str] = set()  # channels without "!" received on here
         self._outbox: collections.deque[_Outgoing] = collections.deque()
-        self._syncs: list[concurrent.futures.Future[None]] = []
+        self._syncs: list[asyncio.Future[None]] = []
         self._state = _State.CONNECTING
         self._thread: threading.Thread | None = None
         self._pid = 0
@@ -187,13 +199,16 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
         self._backend_pid: int | None = None
         self._inbox: collections.deque[tuple[str, str]] = collections.deque()  # heard: (Postgres channel, payload)
         self._listening: set[str] = set()
-        self._pending_syncs: list[concurrent.futures.Future[None]] = []
+        self._pending_syncs: list[asyncio.Future[None]] = []
         _layers.add(self)
 
     # The interface.
 
     async def new_channel(self, prefix: str = "specific") -> str:
-        """A new channel name of this process."""
+        """A new channel name of this process (listened to by the time it is returned)."""
+        self._start()
+        if self._state is _State.CONNECTING:
+            await self._sync()
         return f"{prefix}.{self.process}!{uuid.uuid4().hex}"
 
     async def send(self, channel: str, message: dict[str, Any]) -> None:
@@ -354,12 +369,12 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
     async def _post(self, pg: str, target: str, body: str) -> None:
         if self._state is _State.DOWN:
             raise LayerUnavailable("Postgres is out of reach: the message was not sent")
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         with self._lock:
             self._outbox.append(_Outgoing(pg, target, body, done))
         self._poke()
         try:
-            await asyncio.wait_for(asyncio.wrap_future(done), self.send_timeout)
+            await asyncio.wait_for(done, self.send_timeout)
         except TimeoutError:
             raise LayerUnavailable(f"Postgres did not take the message within {self.send_timeout:g} s") from None
 
@@ -368,12 +383,12 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
         if self._state is _State.DOWN:
             self._poke()
             return
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         with self._lock:
             self._syncs.append(done)
         self._poke()
         with contextlib.suppress(TimeoutError, LayerUnavailable):
-            await asyncio.wait_for(asyncio.wrap_future(done), self.send_timeout)
+            await asyncio.wait_for(done, self.send_timeout)
 
     def _put(self, channel: str, message: dict[str, Any], *, full_raises: bool) -> asyncio.Future[None] | None:
         """Queue ``message`` for a local channel (the lock held); the receive to wake, if one waits."""
@@ -419,9 +434,7 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
                 delay = min(delay * 2, RECONNECT_SECONDS[1])
                 continue
             if outage_started is not None:
-                logger.warning(
-                    "the channel layer reaches Postgres again after %.1f s", time.monotonic() - outage_started
-                )
+                logger.info("the channel layer reaches Postgres again after %.1f s", time.monotonic() - outage_started)
                 outage_started = None
             delay = RECONNECT_SECONDS[0]
             try:
@@ -445,7 +458,9 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
         with contextlib.suppress(OSError, ValueError):
             select.select([self._wake_r], [], [], seconds)
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def _open(self) -> psycopg.Connection[Any]:
+        """A new connection to the layer's database, made as Django makes its own (so the embedded Postgres is
+        started again should it have stopped)."""
         from django.db import connections
 
         wrapper = connections.create_connection(self.database)
@@ -457,6 +472,10 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
                 keepalives=1, keepalives_idle=10, keepalives_interval=3, keepalives_count=3, tcp_user_timeout=10_000
             )
         connection: psycopg.Connection[Any] = wrapper.get_new_connection(params)
+        return connection
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        connection = self._open()
         connection.autocommit = True
         connection.add_notify_handler(self._heard)
         self._inbox.clear()
@@ -514,14 +533,12 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
             statements += [f'UNLISTEN "{name}"' for name in sorted(dropped)]
             connection.execute("; ".join(statements).encode())
             self._listening = wanted
-        for done in self._pending_syncs:
-            if not done.done():
-                done.set_result(None)
+        _settle([(done, None) for done in self._pending_syncs])
         self._pending_syncs = []
 
     def _send_outbox(self, connection: psycopg.Connection[Any]) -> None:
         with self._lock:
-            batch = [item for item in self._outbox if item.done.set_running_or_notify_cancel()]
+            batch = [item for item in self._outbox if not item.done.done()]  # a send that timed out is not sent
             self._outbox.clear()
         if not batch:
             return
@@ -537,16 +554,13 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
                 "SELECT count(pg_notify(c, p)) FROM unnest(%s::text[], %s::text[]) AS t(c, p)", (names, payloads)
             )
         except psycopg.OperationalError as error:
-            for item in batch:
-                item.done.set_exception(LayerUnavailable(f"Postgres is out of reach: {_short(error)}"))
+            failure = LayerUnavailable(f"Postgres is out of reach: {_short(error)}")
+            _settle([(item.done, failure) for item in batch])
             raise
         except Exception as error:
-            for item in batch:
-                if not item.done.done():
-                    item.done.set_exception(error)
+            _settle([(item.done, error) for item in batch])
             return
-        for item in batch:
-            item.done.set_result(None)
+        _settle([(item.done, None) for item in batch])
 
     def _store(self, connection: psycopg.Connection[Any], body: str) -> int:
         now = time.monotonic()
@@ -620,12 +634,7 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
             batch, self._outbox = list(self._outbox), collections.deque()
             syncs, self._syncs = self._syncs, []
         failure = error if isinstance(error, LayerUnavailable) else LayerUnavailable(_short(error))
-        for item in batch:
-            if item.done.set_running_or_notify_cancel():
-                item.done.set_exception(failure)
-        for done in syncs:
-            if not done.done():
-                done.set_exception(failure)
+        _settle([(item.done, failure) for item in batch] + [(done, failure) for done in syncs])
 
 
 def _copied(message: dict[str, Any]) -> dict[str, Any]:
