@@ -137,9 +137,9 @@ DATABASES = {"default": _database()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
-# A consumer waits on Redis with a blocking pop of 5 s; redis-py 8 also gives up reading after 5 s by default,
-# which would end an idle consumer (and its socket) every 5 s. Reads may take longer than the pop.
-REDIS_SOCKET_TIMEOUT = 30.0
+# The pub/sub layer has no blocking command (its subscription is polled with a timeout of its own): an answer
+# that takes longer than this means Redis is away, and the send fails rather than holding its relay.
+REDIS_SOCKET_TIMEOUT = 5.0
 # The channel layer always crosses processes: Postgres LISTEN/NOTIFY on the database (``cachet.pg_layer``), or
 # Redis where REDIS_URL is set. CACHET_CHANNEL_LAYER=memory keeps it inside one process (nothing else reaches it).
 CACHET_CHANNEL_LAYER = os.environ.get("CACHET_CHANNEL_LAYER") or ("redis" if REDIS_URL else "postgres")
@@ -151,12 +151,8 @@ CHANNEL_LAYERS: dict[str, Any]
 if CACHET_CHANNEL_LAYER == "redis":
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {
-                "hosts": [{"address": REDIS_URL, "socket_timeout": REDIS_SOCKET_TIMEOUT}],
-                "capacity": 5000,
-                "expiry": 120,
-            },
+            "BACKEND": "cachet.redis_layer.RedisPubSubLayer",
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": REDIS_SOCKET_TIMEOUT}]},
         }
     }
 elif CACHET_CHANNEL_LAYER == "postgres":
@@ -164,11 +160,10 @@ elif CACHET_CHANNEL_LAYER == "postgres":
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "cachet.channel_layer.LocalChannelLayer", "CONFIG": {"capacity": 5000}}}
 
-# The login failure counters and rendered markdown: shared through Redis where several processes serve.
+# The login failure counters and rendered markdown: shared through Redis where several processes serve; while
+# Redis is away, in each process's memory (``cachet.cache``).
 if REDIS_URL:
-    CACHES: dict[str, Any] = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
-    }
+    CACHES: dict[str, Any] = {"default": {"BACKEND": "cachet.cache.ResilientRedisCache", "LOCATION": REDIS_URL}}
 else:
     CACHES = {
         "default": {
