@@ -8,7 +8,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     initial = True
-    dependencies: list[tuple[str, str]] = []
+    dependencies = []
 
     operations = [
         migrations.RunSQL(
