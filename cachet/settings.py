@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "cachet",
     "axes",
     "procrastinate.contrib.django",
     "sessions_app",
@@ -137,28 +138,33 @@ DATABASES = {"default": _database()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
-# A consumer waits on Redis with a blocking pop of 5 s; redis-py 8 also gives up reading after 5 s by default,
-# which would end an idle consumer (and its socket) every 5 s. Reads may take longer than the pop.
-REDIS_SOCKET_TIMEOUT = 30.0
-if REDIS_URL:
-    CHANNEL_LAYERS: dict[str, Any] = {
+# The pub/sub layer has no blocking command (its subscription is polled with a timeout of its own): an answer
+# that takes longer than this means Redis is away, and the send fails rather than holding its relay.
+REDIS_SOCKET_TIMEOUT = 5.0
+# The channel layer always crosses processes: Postgres LISTEN/NOTIFY on the database (``cachet.pg_layer``), or
+# Redis where REDIS_URL is set. CACHET_CHANNEL_LAYER=memory keeps it inside one process (nothing else reaches it).
+CACHET_CHANNEL_LAYER = os.environ.get("CACHET_CHANNEL_LAYER") or ("redis" if REDIS_URL else "postgres")
+if CACHET_CHANNEL_LAYER not in {"postgres", "redis", "memory"}:
+    raise ValueError(f"CACHET_CHANNEL_LAYER is postgres, redis or memory, not {CACHET_CHANNEL_LAYER!r}")
+if CACHET_CHANNEL_LAYER == "redis" and not REDIS_URL:
+    raise ValueError("CACHET_CHANNEL_LAYER=redis needs REDIS_URL")
+CHANNEL_LAYERS: dict[str, Any]
+if CACHET_CHANNEL_LAYER == "redis":
+    CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {
-                "hosts": [{"address": REDIS_URL, "socket_timeout": REDIS_SOCKET_TIMEOUT}],
-                "capacity": 5000,
-                "expiry": 120,
-            },
+            "BACKEND": "cachet.redis_layer.RedisPubSubLayer",
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": REDIS_SOCKET_TIMEOUT}]},
         }
     }
+elif CACHET_CHANNEL_LAYER == "postgres":
+    CHANNEL_LAYERS = {"default": {"BACKEND": "cachet.pg_layer.PostgresChannelLayer", "CONFIG": {"capacity": 5000}}}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "cachet.channel_layer.LocalChannelLayer", "CONFIG": {"capacity": 5000}}}
 
-# The login failure counters and rendered markdown: shared through Redis where several processes serve.
+# The login failure counters and rendered markdown: shared through Redis where several processes serve; while
+# Redis is away, in each process's memory (``cachet.cache``).
 if REDIS_URL:
-    CACHES: dict[str, Any] = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
-    }
+    CACHES: dict[str, Any] = {"default": {"BACKEND": "cachet.cache.ResilientRedisCache", "LOCATION": REDIS_URL}}
 else:
     CACHES = {
         "default": {

@@ -12,6 +12,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import connection, connections, transaction
 from django.test import TransactionTestCase
 
+from cachet import pg_layer
 from chat.tools import tool_list
 from chat.web import jobs
 from sessions_app.models import ChatSession, ModelEndpoint, Workspace
@@ -34,10 +35,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup: None) -> Iterator[None]:
-    """pytest-django's test database, and before it is dropped, the connection the websocket consumers keep
-    on asgiref's thread for thread-sensitive calls (``chat.web.socket_store``), which would stop the drop."""
+    """pytest-django's test database, and before it is dropped, the connections that would stop the drop: the
+    one the websocket consumers keep on asgiref's thread for thread-sensitive calls (``chat.web.socket_store``)
+    and the Postgres channel layers' own."""
     yield
     SyncToAsync.single_thread_executor.submit(lambda: connection.close()).result(timeout=10)  # that thread's own
+    pg_layer.close_all()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -160,8 +160,12 @@ class Relay:
                 await self.layer.group_send(session_group(self.session_id), message)
             else:
                 await self.layer.send(to, message)
-        except Exception:
-            logger.warning("session %s: could not send an update to the page", self.session_id, exc_info=True)
+        except Exception as error:
+            if not _layer.failing:  # one line while the layer fails, not a traceback for every piece streamed
+                logger.warning("session %s: could not send an update to the page: %r", self.session_id, error)
+            _layer.failing = True
+        else:
+            _layer.failing = False
 
     async def _run(self) -> None:
         try:
@@ -293,6 +297,14 @@ class Relay:
 
 
 _streaming: set[Relay] = set()  # the relays of this process that have streamed a step's text
+
+
+@dataclass
+class _LayerHealth:
+    failing: bool = False  # the channel layer refused this process's last send
+
+
+_layer = _LayerHealth()
 
 
 def render_gap(cost: float, *, streaming: int) -> float:

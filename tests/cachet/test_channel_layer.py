@@ -1,4 +1,5 @@
-"""The single-process channel layer behaves as Channels' in-memory one, with less work per message."""
+"""The single-process channel layer (``CACHET_CHANNEL_LAYER=memory``) behaves as Channels' in-memory one, with
+less work per message."""
 
 from __future__ import annotations
 
@@ -8,17 +9,12 @@ from typing import Any
 import channels.layers
 import pytest
 from channels.exceptions import ChannelFull
-from channels.layers import get_channel_layer
 
 from cachet import channel_layer
 from cachet.channel_layer import LocalChannelLayer
 from tests.clock import Clock
 
 pytestmark = pytest.mark.asyncio
-
-
-async def test_it_is_the_layer_without_redis() -> None:
-    assert isinstance(get_channel_layer(), LocalChannelLayer)
 
 
 async def test_a_group_message_reaches_every_member_once_in_order() -> None:

@@ -1,6 +1,7 @@
 """Settings from the environment: ``CACHET_TLS`` switches on what serving behind TLS needs, the production
-settings pass ``manage.py check --deploy`` without a warning, and with ``REDIS_URL`` the channel layer keeps
-an idle tab's consumer waiting."""
+settings pass ``manage.py check --deploy`` without a warning, the channel layer crosses processes (Postgres,
+or Redis's pub/sub with ``REDIS_URL``) unless one process is asked for, and with ``REDIS_URL`` the channel
+layer keeps an idle tab's consumer waiting."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 
+from cachet.redis_layer import RedisPubSubLayer
 from tests.redis_kit import RedisDatabase
 
 PRODUCTION_KEY = "tUv3kP9qXw2zR7mN4bJ8sL1cY6hG0fD5aE-x_QoWiVnTrMkSjZlHgF"
@@ -111,21 +112,48 @@ def test_hsts_can_be_set_apart_and_preloaded_on_request(tmp_path: Path) -> None:
     assert settings_under(tmp_path, USE_X_FORWARDED_HOST="true")["USE_X_FORWARDED_HOST"] is True
 
 
-def test_with_redis_a_consumer_idle_past_the_blocking_pop_still_gets_its_message(
+def test_the_channel_layer_crosses_processes_over_postgres_or_redis_and_stays_in_one_only_on_request(
+    tmp_path: Path,
+) -> None:
+    def chosen(**values: str) -> tuple[str, str]:
+        shown = settings_under(tmp_path, ["CHANNEL_LAYERS", "CACHES"], **values)
+        return shown["CHANNEL_LAYERS"]["default"]["BACKEND"], shown["CACHES"]["default"]["BACKEND"]
+
+    locmem = "django.core.cache.backends.locmem.LocMemCache"
+    assert chosen() == ("cachet.pg_layer.PostgresChannelLayer", locmem)
+    assert chosen(CACHET_CHANNEL_LAYER="memory") == ("cachet.channel_layer.LocalChannelLayer", locmem)
+    with_redis = chosen(REDIS_URL="redis://127.0.0.1:9/0")
+    assert with_redis == ("cachet.redis_layer.RedisPubSubLayer", "cachet.cache.ResilientRedisCache")
+    assert chosen(REDIS_URL="redis://127.0.0.1:9/0", CACHET_CHANNEL_LAYER="postgres")[0] == (
+        "cachet.pg_layer.PostgresChannelLayer"
+    )
+    refused = subprocess.run(
+        [sys.executable, "-c", "from django.conf import settings; settings.CHANNEL_LAYERS"],
+        cwd=settings.BASE_DIR,
+        env=environment(tmp_path, CACHET_CHANNEL_LAYER="carrier-pigeon"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0
+    assert "CACHET_CHANNEL_LAYER is postgres, redis or memory" in refused.stderr
+
+
+def test_with_redis_a_consumer_idle_past_the_read_timeout_still_gets_its_message(
     tmp_path: Path, redis_database: RedisDatabase
 ) -> None:
-    """channels_redis pops with a 5 s block; a read timeout of the same 5 s (redis-py 8's default) made every
-    idle consumer fail, and its tab's socket close, after 5 s."""
+    """An idle tab's consumer outlives Redis's read timeout: a read timeout of 5 s on a blocking pop of 5 s had
+    made every idle consumer fail, and its tab's socket close, after 5 s."""
     url = redis_database.url
     redis_database.empty()
-    layers = settings_under(tmp_path, ["CHANNEL_LAYERS"], REDIS_URL=url)["CHANNEL_LAYERS"]
-    assert layers["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
-    layer = RedisChannelLayer(**layers["default"]["CONFIG"])
+    layers = settings_under(tmp_path, ["CHANNEL_LAYERS", "REDIS_SOCKET_TIMEOUT"], REDIS_URL=url)
+    assert layers["CHANNEL_LAYERS"]["default"]["BACKEND"] == "cachet.redis_layer.RedisPubSubLayer"
+    layer = RedisPubSubLayer(**layers["CHANNEL_LAYERS"]["default"]["CONFIG"])
 
     async def idle_then_message() -> dict[str, Any]:
         channel = await layer.new_channel()
         waiting = asyncio.create_task(layer.receive(channel))
-        await asyncio.sleep(layer.brpop_timeout + 1.5)
+        await asyncio.sleep(layers["REDIS_SOCKET_TIMEOUT"] + 1.5)  # idle on purpose, past the read timeout
         assert not waiting.done(), waiting.exception()
         await layer.send(channel, {"type": "turn.event", "n": 1})
         message: dict[str, Any] = await asyncio.wait_for(waiting, 5)

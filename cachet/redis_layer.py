@@ -1,0 +1,83 @@
+"""The channel layer where ``REDIS_URL`` is set: channels_redis' pub/sub layer, kept quiet and quick when Redis
+goes away.
+
+channels_redis' core layer keeps each message in a sorted set and takes it with four round trips (a cleanup
+script, a blocking pop, a backup and its removal), one message at a time per process, after a group send of
+four more; at fifty replies streaming that queue grew to 1-2 s (``bench/layer_bench.py``). Pub/sub is one
+``PUBLISH`` per group send, heard by the processes subscribed to the group, with no keys to clean.
+
+Here, on top of it: a command that finds its pooled connection stale (Redis restarted meanwhile) is tried
+once more on a new connection, so the first websocket after an outage works; connecting gives up after
+``CONNECT_TIMEOUT`` seconds; and a lost subscription logs one warning per outage and one line when it is back,
+instead of a traceback a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from channels_redis.pubsub import RedisPubSubChannelLayer, RedisPubSubLoopLayer, RedisSingleShardConnection
+from channels_redis.utils import _wrap_close, decode_hosts
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 2.0
+LISTEN_AGAIN_SECONDS = 0.5
+
+
+class _Shard(RedisSingleShardConnection):  # type: ignore[misc]
+    async def _do_receiving(self) -> None:
+        lost_at: float | None = None
+        while True:
+            try:
+                if self._pubsub and self._pubsub.subscribed:
+                    message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
+                    if lost_at is not None:
+                        logger.info("the channel layer hears Redis again after %.1f s", time.monotonic() - lost_at)
+                        lost_at = None
+                    self._receive_message(message)
+                else:
+                    await asyncio.sleep(0.1)
+            except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+                if lost_at is None:
+                    lost_at = time.monotonic()
+                    logger.warning("the channel layer lost Redis (%s); listening again", error)
+                await asyncio.sleep(LISTEN_AGAIN_SECONDS)
+            except Exception:
+                logger.exception("the channel layer could not take a message from Redis")
+                await asyncio.sleep(1)
+
+
+class _LoopLayer(RedisPubSubLoopLayer):  # type: ignore[misc]
+    def __init__(self, hosts: Any = None, **kwargs: Any) -> None:
+        super().__init__(hosts=hosts, **kwargs)
+        self._shards = [_Shard(host, self) for host in decode_hosts(hosts)]
+
+
+def _host(host: Any) -> Any:
+    if isinstance(host, dict):
+        return {"socket_connect_timeout": CONNECT_TIMEOUT, "retry": Retry(NoBackoff(), 1), **host}
+    return host
+
+
+class RedisPubSubLayer(RedisPubSubChannelLayer):  # type: ignore[misc]
+    """channels_redis' pub/sub layer, one retry on a stale connection, one warning per outage."""
+
+    def __init__(self, *args: Any, hosts: Any = None, **kwargs: Any) -> None:
+        hosts = [_host(host) for host in decode_hosts(hosts)]
+        super().__init__(*args, hosts=hosts, **kwargs)
+
+    def _get_layer(self) -> Any:
+        loop = asyncio.get_running_loop()
+        layer = self._layers.get(loop)
+        if layer is None:
+            layer = self._layers[loop] = _LoopLayer(*self._args, **self._kwargs, channel_layer=self)
+            _wrap_close(self, loop)
+        return layer

@@ -1,0 +1,127 @@
+"""The channel layer with ``REDIS_URL``: Redis's pub/sub, on this test process's own Redis database, reached
+through a proxy the test cuts and mends as Redis going down and coming back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from cachet.redis_layer import RedisPubSubLayer
+from chat.web.publisher import Relay, _Send, session_group
+from tests.cachet.proxy_kit import Proxy, proxy
+from tests.redis_kit import REDIS, RedisDatabase
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+def redis_proxy(redis_database: RedisDatabase) -> Iterator[tuple[Proxy, str]]:
+    """A proxy to the machine's Redis, and the URL of this test process's database through it."""
+    redis_database.empty()
+    host, port = REDIS.removeprefix("redis://").split(":")
+    with proxy((host, int(port))) as made:
+        yield made, f"{made.url}/{redis_database.number}"
+    redis_database.empty()
+
+
+@pytest_asyncio.fixture
+async def layer(redis_proxy: tuple[Proxy, str]) -> AsyncIterator[RedisPubSubLayer]:
+    made = RedisPubSubLayer(hosts=[{"address": redis_proxy[1], "socket_timeout": 5.0}])
+    yield made
+    with contextlib.suppress(Exception):
+        await made.flush()
+
+
+async def until(condition: Callable[[], bool], seconds: float = 20) -> None:
+    async with asyncio.timeout(seconds):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def heard(layer: RedisPubSubLayer, group: str, channel: str, seconds: float = 20) -> dict[str, Any]:
+    """Send to ``group`` until ``channel`` hears it (its subscription comes back on its own time)."""
+    async with asyncio.timeout(seconds):
+        while True:
+            await layer.group_send(group, {"type": "ping"})
+            try:
+                message: dict[str, Any] = await asyncio.wait_for(layer.receive(channel), 0.2)
+                return message
+            except TimeoutError:
+                continue
+
+
+def _warnings(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
+    return [record for record in caplog.records if record.name == name and record.levelno >= logging.WARNING]
+
+
+async def test_a_group_send_is_one_publish_heard_by_the_group_s_members(layer: RedisPubSubLayer) -> None:
+    first, second = await layer.new_channel(), await layer.new_channel()
+    for channel in (first, second):
+        await layer.group_add("tabs", channel)
+    for number in range(3):
+        await layer.group_send("tabs", {"type": "cachet.message", "text": f"m{number}"})
+    for channel in (first, second):
+        got = [await asyncio.wait_for(layer.receive(channel), 5) for _ in range(3)]
+        assert [message["text"] for message in got] == ["m0", "m1", "m2"]
+
+
+async def test_while_redis_is_away_sends_fail_at_once_with_one_warning(
+    layer: RedisPubSubLayer, redis_proxy: tuple[Proxy, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    tab = await layer.new_channel()
+    await layer.group_add("tabs", tab)
+    assert (await heard(layer, "tabs", tab))["type"] == "ping"
+    caplog.set_level(logging.INFO)
+    redis_proxy[0].cut()
+    await until(lambda: bool(_warnings(caplog, "cachet.redis_layer")))  # its subscription noticed
+    for _ in range(20):
+        with pytest.raises(RedisConnectionError):
+            await layer.group_send("tabs", {"type": "during"})
+    assert len(_warnings(caplog, "cachet.redis_layer")) == 1
+    assert all(record.exc_info is None for record in caplog.records)
+    redis_proxy[0].mend()
+    assert (await heard(layer, "tabs", tab))["type"] in {"ping", "during"}
+    assert len(_warnings(caplog, "cachet.redis_layer")) == 1
+
+
+async def test_the_first_socket_after_redis_is_back_works_on_a_connection_that_went_stale(
+    layer: RedisPubSubLayer, redis_proxy: tuple[Proxy, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    tab = await layer.new_channel()
+    await layer.group_add("tabs", tab)
+    assert (await heard(layer, "tabs", tab))["type"] == "ping"  # the publishing connection is pooled now
+    caplog.set_level(logging.INFO)
+    redis_proxy[0].cut()
+    await until(lambda: bool(_warnings(caplog, "cachet.redis_layer")))
+    redis_proxy[0].mend()
+    # Nothing was sent while Redis was away: the pooled connection is stale, and tried once more on a new one.
+    later = await layer.new_channel()
+    await layer.group_add("later", later)  # what a socket opened now does first
+    await layer.group_send("later", {"type": "first after"})
+    assert (await asyncio.wait_for(layer.receive(later), 5))["type"] == "first after"
+
+
+async def test_a_relay_whose_layer_fails_logs_one_line_not_a_traceback_per_piece(
+    layer: RedisPubSubLayer, redis_proxy: tuple[Proxy, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    tab = await layer.new_channel()
+    await layer.group_add(session_group(7), tab)
+    redis_proxy[0].cut()
+    caplog.set_level(logging.INFO, logger="chat.web.publisher")
+    relay = Relay(session_id=7, layer=layer, loop=asyncio.get_running_loop())
+    relay.start()
+    for number in range(100):
+        relay.put(_Send(f"piece {number}", None))
+    relay.close()
+    await asyncio.wait_for(relay.finished(), 30)
+    records = [record for record in caplog.records if record.name == "chat.web.publisher"]
+    assert len(records) == 1, [record.getMessage() for record in records]
+    assert records[0].exc_info is None
+    assert "could not send an update to the page" in records[0].getMessage()
