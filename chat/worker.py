@@ -75,6 +75,7 @@ def sweep() -> list[Ended]:
 async def _sweeping() -> None:
     layer = get_channel_layer()
     assert layer is not None, "CHANNEL_LAYERS is configured"
+    failing = False
     while True:
         try:
             for stalled in await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=STALLED_SECONDS):
@@ -84,8 +85,13 @@ async def _sweeping() -> None:
                 logger.warning("session %s: marked interrupted the reply of a process that stopped", ended.session_id)
                 for text in ended.texts:
                     await layer.group_send(session_group(ended.session_id), {"type": MESSAGE_TYPE, "text": text})
-        except Exception:
-            logger.warning("could not look for the replies of stopped processes", exc_info=True)
+            if failing:
+                logger.warning("looking for the replies of stopped processes works again")
+            failing = False
+        except Exception as error:
+            if not failing:  # once an outage, not every sweep of it
+                logger.warning("could not look for the replies of stopped processes: %s", error, exc_info=True)
+            failing = True
         await asyncio.sleep(SWEEP_SECONDS)
 
 

@@ -1,5 +1,6 @@
 """Workers (``chat.worker``): replies run in ``manage.py worker`` processes; one killed mid-reply is noticed, its
-turn marked interrupted with the text it had streamed, every tab told, and the session goes on."""
+turn marked interrupted with the text it had streamed, every tab told, and the session goes on: on the default
+layout (the Postgres channel layer, no Redis) and with Redis."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from asgiref.sync import sync_to_async
-from channels_redis.core import RedisChannelLayer
+from channels.layers import get_channel_layer
+from django.conf import settings
 
+from cachet.redis_layer import RedisPubSubLayer
 from chat import worker
 from chat.tools import tool_list
 from chat.web import jobs
@@ -72,21 +75,32 @@ def story_session(user: Any, tmp_path: Path) -> Iterator[tuple[ChatSession, Scri
         yield session, model
 
 
-@pytest_asyncio.fixture
-async def tab(redis_url: str, story_session: tuple[ChatSession, ScriptedServer]) -> AsyncIterator[Tab]:
-    from django.conf import settings
-
-    layer = RedisChannelLayer(hosts=[{"address": redis_url, "socket_timeout": settings.REDIS_SOCKET_TIMEOUT}])
-    channel = await layer.new_channel()
-    await layer.group_add(session_group(story_session[0].pk), channel)
-    yield Tab(layer, channel)
+@pytest_asyncio.fixture(params=["postgres", "redis"])
+async def layered(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Any, str | None]]:
+    """A channel layer of the test process as a web process would have it, and the REDIS_URL the processes it
+    reaches get: the default (Postgres, no Redis), or Redis where ``REDIS_URL`` is set."""
+    if request.param == "postgres":
+        layer = get_channel_layer()
+        yield layer, None
+        return
+    redis_url = request.getfixturevalue("redis_url")
+    layer = RedisPubSubLayer(hosts=[{"address": redis_url, "socket_timeout": settings.REDIS_SOCKET_TIMEOUT}])
+    yield layer, redis_url
     await layer.flush()
 
 
-class Tab:
-    """What a tab of the session is sent, through Redis, as a web process would relay it."""
+@pytest_asyncio.fixture
+async def tab(layered: tuple[Any, str | None], story_session: tuple[ChatSession, ScriptedServer]) -> Tab:
+    layer = layered[0]
+    channel = await layer.new_channel()
+    await layer.group_add(session_group(story_session[0].pk), channel)
+    return Tab(layer, channel)
 
-    def __init__(self, layer: RedisChannelLayer, channel: str) -> None:
+
+class Tab:
+    """What a tab of the session is sent, through the channel layer, as a web process would relay it."""
+
+    def __init__(self, layer: Any, channel: str) -> None:
         self.layer = layer
         self.channel = channel
         self.texts: list[str] = []
@@ -116,10 +130,10 @@ def _draft_kept(session_id: int) -> bool:
 
 @pytest.mark.asyncio
 async def test_a_worker_killed_mid_reply_is_noticed_and_the_session_goes_on(
-    story_session: tuple[ChatSession, ScriptedServer], redis_url: str, tab: Tab, tmp_path: Path
+    story_session: tuple[ChatSession, ScriptedServer], layered: tuple[Any, str | None], tab: Tab, tmp_path: Path
 ) -> None:
     session, model = story_session
-    env = cachet_env(data=tmp_path / "data", redis_url=redis_url)
+    env = cachet_env(data=tmp_path / "data", redis_url=layered[1])
     (tmp_path / "data").mkdir()
     workers: list[Process] = []
     try:

@@ -4,10 +4,14 @@ reaches Cachet's Postgres (``chat.worker``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from chat import worker
 
@@ -25,13 +29,29 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         concurrency = max(1, int(options["concurrency"]))
-        connector = worker.queue_connector()
-        self.stdout.write(f"Worker ready: runs up to {concurrency} replies at once.")
-        self.stdout.flush()
-        asyncio.run(self._work(connector, concurrency))
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C until the worker runs
+        try:
+            unapplied = MigrationExecutor(connection).migration_plan(
+                MigrationExecutor(connection).loader.graph.leaf_nodes()
+            )
+            if unapplied:
+                raise CommandError(
+                    f"The database lacks {len(unapplied)} migration(s): run manage.py migrate (serve does) first."
+                )
+            connector = worker.queue_connector()
+            asyncio.run(self._work(connector, concurrency))
+        except KeyboardInterrupt:
+            pass
         self.stdout.write("Worker stopped.")
 
-    @staticmethod
-    async def _work(connector: Any, concurrency: int) -> None:
+    async def _work(self, connector: Any, concurrency: int) -> None:
+        """Run jobs until SIGINT or SIGTERM, which let running replies end (10 s at most), then stop them."""
+        event_loop = asyncio.get_running_loop()
         async with worker.queue_open(connector):
-            await worker.work(concurrency=concurrency)
+            working = asyncio.create_task(worker.work(concurrency=concurrency, install_signal_handlers=False))
+            for stop_signal in (signal.SIGINT, signal.SIGTERM):
+                event_loop.add_signal_handler(stop_signal, working.cancel)
+            self.stdout.write(f"Worker ready: runs up to {concurrency} replies at once.")
+            self.stdout.flush()
+            with contextlib.suppress(asyncio.CancelledError):
+                await working

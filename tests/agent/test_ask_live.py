@@ -1,0 +1,72 @@
+"""``ask`` from a terminal while a tab is open on the session: the reply streams into the tab (the ``ask`` process
+publishes through the channel layer, Postgres by default), and a Stop pressed in the tab stops it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from chat.tools import tool_list
+from sessions_app.models import ChatSession, ModelEndpoint, Workspace
+from sessions_app.services.sessions import session_start
+from testing.scripted_server import ScriptedServer, Step
+from tests.process_kit import cachet_env, start
+from tests.web.test_consumers import connected, cookie_for, idle, until
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+STORY = " ".join(f"story{n}" for n in range(300))
+
+
+def _session(user: Any, folder: Path, model: ScriptedServer) -> ChatSession:
+    workspace = Workspace.objects.create(name="told", folder=str(folder), allow_commands=False)
+    workspace.members.add(user)
+    endpoint = ModelEndpoint.objects.create(name="scripted", base_url=model.base_url, model="scripted")
+    return session_start(
+        owner=user, workspace=workspace, endpoint=endpoint, model_name="scripted", tools=tool_list(allow_commands=False)
+    )
+
+
+async def test_a_turn_asked_from_a_terminal_streams_into_the_tab_and_the_tab_stops_it(
+    user: Any, tmp_path: Path
+) -> None:
+    if settings.CACHET_CHANNEL_LAYER == "memory":
+        pytest.skip("the in-memory channel layer reaches no other process")
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    (tmp_path / "data").mkdir()
+    with ScriptedServer(model="scripted") as model:
+        session = await sync_to_async(_session)(user, folder, model)
+        cookie = await sync_to_async(cookie_for)(user)
+        tab, got = await connected(session.pk, cookie)
+        model.push(Step(text=STORY, chunk_size=3, delay=0.005, pause_at=(60,)))
+        env = cachet_env(data=tmp_path / "data", redis_url=None)
+        asking = start(
+            "ask",
+            ["manage.py", "ask", "--user", user.username, "--session", str(session.pk), "Tell me a story"],
+            env=env,
+            logs=tmp_path,
+        )
+        try:
+            assert await sync_to_async(model.wait_paused)(1, 60), asking.output()
+            await until(tab, got, lambda m: "story10" in got.text.get((1, 1), ""), timeout=20)
+            await tab.send_json_to({"type": "stop"})
+            model.resume()
+            await until(tab, got, idle, timeout=20)
+            code = await asyncio.to_thread(asking.popen.wait, 30)
+        except BaseException:
+            print(asking.output())
+            raise
+        finally:
+            asking.stop()
+        output = asking.output()
+        assert code == 1, output
+        assert "Turn 1 interrupted: Stopped." in output
+        assert output.rstrip().splitlines()[-1].startswith(f"session={session.pk} turn=1 requests=1 ")
+        assert "story0 story1" in got.puts["turn-1"], "the tab shows the turn as stored"
+        await tab.disconnect()
