@@ -2,8 +2,9 @@
 a temporary git worktree) against this working tree (NEW), side by side in one run. It prints figures; it is
 not a test.
 
-Each side gets its own data folder (its own embedded Postgres) and is served by a real Daphne process; both
-talk to the project's scripted model server (``testing.scripted_server``, in a process of its own that
+Each side gets its own data folder (its own embedded Postgres) and is served by a real Daphne process, with, where
+replies run in workers (NEW), ``--workers`` real ``manage.py worker`` processes (1 by default); both talk to the
+project's scripted model server (``testing.scripted_server``, in a process of its own that
 notes the moment it writes each piece and each request's arrival and last byte, on the machine's monotonic
 clock). Sessions of 10, 100 and 1,000 turns (three reads of 300-line files and a short markdown answer each,
 two model requests each on the chart) are built directly in each side's database through its own store
@@ -20,10 +21,11 @@ services. Then, for each side:
   one (what the side does while the model works then stays out of the gap);
 - **streaming**: 1, 10, 50 and 100 sessions each asked at once for a reply of 100 pieces at 50 pieces a second:
   time to the first piece at the tab's socket, relay latency (piece written by the model server to piece
-  read from the tab's socket), Daphne's CPU per piece, and errors (a tab that never went idle, closed, or
-  showed an error).
+  read from the tab's socket), Daphne's CPU per piece (and the workers'), and errors (a tab that never went
+  idle, closed, or showed an error).
 
     .venv/bin/python bench/web.py [--quick] [--sides old,new] [--sizes 1000] [--streams 1] [--gap-turns 10]
+        [--layer postgres|memory|redis] [--workers N]
 
 ``--quick`` uses sessions of 10 and 100 turns and 1, 10 and 50 sessions streaming (a few minutes); ``--sizes``
 and ``--streams`` choose them; ``--gap-turns`` asks for more ten-step turns per gap figure (nine gaps each) than
@@ -131,7 +133,9 @@ def serve_model(port_file: Path) -> None:
         plain_get(self)
 
     handler._event, handler._stream, handler.do_GET = event, stream, get
-    with Server(model="bench") as server:
+    # n_ctx: the server offers /props, /apply-template and /tokenize as llama.cpp does, so every request of a side
+    # that checks the cache (the new one) runs that check, as against a real server; the window is never reached.
+    with Server(model="bench", n_ctx=100_000_000) as server:
         port_file.write_text(str(server.port))
         threading.Event().wait()  # until terminated
 
@@ -449,9 +453,12 @@ class Side:
     data: Path
     model_url: str
     env: dict[str, str] = field(default_factory=dict)
+    layer_env: dict[str, str] = field(default_factory=dict)  # the channel layer's variables (``--layer``)
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     built: dict[str, Any] = field(default_factory=dict)
+    worker_count: int = 1
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.env = {
@@ -469,6 +476,8 @@ class Side:
         }
         self.env.pop("DATABASE_URL", None)
         self.env.pop("REDIS_URL", None)
+        self.env.pop("CACHET_CHANNEL_LAYER", None)
+        self.env.update(self.layer_env)
 
     @property
     def new(self) -> bool:
@@ -508,11 +517,43 @@ class Side:
         while time.monotonic() < deadline:
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"http://127.0.0.1:{self.port}/login/", timeout=5).status_code < 500:
+                    self._start_workers()
                     return
             time.sleep(0.2)
         raise SystemExit(f"{self.name}: Daphne did not answer; see {self.data / 'daphne.log'}")
 
+    def _start_workers(self) -> None:
+        """Where replies run in workers (a tree with ``chat/worker.py``): ``worker_count`` of them, as deployed."""
+        if not (self.tree / "chat" / "worker.py").exists():
+            return
+        logs = [self.data / f"worker-{number}.log" for number in range(self.worker_count)]
+        for log_path in logs:
+            with log_path.open("wb") as log:
+                self.workers.append(
+                    subprocess.Popen(
+                        [sys.executable, "manage.py", "worker"], cwd=self.tree, env=self.env, stdout=log, stderr=log
+                    )
+                )
+        deadline = time.monotonic() + 60
+        while not all("Worker ready" in log.read_text(errors="replace") for log in logs):
+            if time.monotonic() > deadline or any(worker.poll() is not None for worker in self.workers):
+                raise SystemExit(f"{self.name}: a worker did not start; see {logs}")
+            time.sleep(0.1)
+
+    def worker_cpu(self) -> float:
+        """The CPU seconds the side's workers have used (0 where replies run in Daphne)."""
+        return sum(_cpu_seconds(worker.pid) for worker in self.workers)
+
     def stop(self) -> None:
+        for worker in self.workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in self.workers:
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+        self.workers = []
         if self.process is not None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -659,6 +700,7 @@ class GapFigure:
     via_tab: bool
     cpu_ms_per_step: float
     start_ms: list[float]  # from the tab's send to the turn's first request at the model (tabs only)
+    worker_cpu_ms_per_step: float = float("nan")  # where replies run in workers
 
 
 async def measure_gap(
@@ -673,7 +715,7 @@ async def measure_gap(
     gaps: list[float] = []
     starts: list[float] = []
     ok = True
-    cpu_before = _cpu_seconds(side.pid)
+    cpu_before, worker_cpu_before = _cpu_seconds(side.pid), side.worker_cpu()
     for _ in range(turns):
         await _model_times(model_port)
         sent = time.monotonic()
@@ -701,8 +743,15 @@ async def measure_gap(
     if tab is not None:
         await tab.close()
     cpu = _cpu_seconds(side.pid) - cpu_before  # with ``ask`` the steps run elsewhere: not counted
+    worker_cpu = side.worker_cpu() - worker_cpu_before
+    steps = turns * TOOL_STEPS
     return GapFigure(
-        gaps, ok, via_tab=tab is not None, cpu_ms_per_step=cpu * 1000 / (turns * TOOL_STEPS), start_ms=starts
+        gaps,
+        ok,
+        via_tab=tab is not None,
+        cpu_ms_per_step=cpu * 1000 / steps,
+        start_ms=starts,
+        worker_cpu_ms_per_step=worker_cpu * 1000 / steps if side.workers else float("nan"),
     )
 
 
@@ -715,6 +764,7 @@ class StreamFigure:
     errors: int
     missing_pieces: int
     seconds: float
+    worker_cpu_ms_per_piece: float = float("nan")  # where replies run in workers
 
 
 async def measure_streaming(side: Side, session_ids: list[int], model_port: int) -> StreamFigure:
@@ -726,7 +776,7 @@ async def measure_streaming(side: Side, session_ids: list[int], model_port: int)
         except (Closed, OSError):
             errors += 1
     await _model_times(model_port)
-    cpu_before = _cpu_seconds(side.pid)
+    cpu_before, worker_cpu_before = _cpu_seconds(side.pid), side.worker_cpu()
     started = time.monotonic()
     starts: list[tuple[float, int]] = []
     for tab in tabs:
@@ -741,6 +791,7 @@ async def measure_streaming(side: Side, session_ids: list[int], model_port: int)
     seconds = time.monotonic() - started
     await asyncio.sleep(0.3)
     cpu = _cpu_seconds(side.pid) - cpu_before
+    worker_cpu = side.worker_cpu() - worker_cpu_before
     times = await _model_times(model_port)
     written: dict[str, float] = times["pieces"]
     first_piece: list[float] = []
@@ -761,7 +812,14 @@ async def measure_streaming(side: Side, session_ids: list[int], model_port: int)
         await tab.close()
     expected = PIECES * len(session_ids)
     return StreamFigure(
-        len(session_ids), first_piece, relay, cpu * 1000 / max(1, received), errors, expected - received, seconds
+        len(session_ids),
+        first_piece,
+        relay,
+        cpu * 1000 / max(1, received),
+        errors,
+        expected - received,
+        seconds,
+        worker_cpu * 1000 / max(1, received) if side.workers else float("nan"),
     )
 
 
@@ -999,6 +1057,7 @@ def report(results: dict[str, SideFigures], sizes: list[int], streams: list[int]
     cpu_old = old.gap.cpu_ms_per_step if old.gap and old.gap.via_tab else nan
     cpu_new = new.gap.cpu_ms_per_step if new.gap else nan
     _row("Daphne CPU per step", _ms(cpu_old), _ms(cpu_new), _ratio(cpu_old, cpu_new))
+    _row("worker CPU per step (replies in workers)", "—", _ms(new.gap.worker_cpu_ms_per_step if new.gap else nan))
     for count in streams:
         so, sn = old.streams.get(count), new.streams.get(count)
         fo, fn = so or StreamFigure(count, [], [], nan, 0, 0, 0.0), sn or StreamFigure(count, [], [], nan, 0, 0, 0.0)
@@ -1008,6 +1067,7 @@ def report(results: dict[str, SideFigures], sizes: list[int], streams: list[int]
             ("relay p50", _pct(fo.relay_ms, 0.5), _pct(fn.relay_ms, 0.5)),
             ("relay p99", _pct(fo.relay_ms, 0.99), _pct(fn.relay_ms, 0.99)),
             ("Daphne CPU per piece", fo.cpu_ms_per_piece, fn.cpu_ms_per_piece),
+            ("worker CPU per piece", fo.worker_cpu_ms_per_piece, fn.worker_cpu_ms_per_piece),
         ]
         for label, vo, vn in rows:
             _row(f"{count} streaming: {label}", _ms(vo), _ms(vn), _ratio(vo, vn))
@@ -1026,6 +1086,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--streams", help="how many sessions stream at once, comma-separated")
     parser.add_argument("--gap-turns", type=int, help="ten-step turns per gap figure (default 3, 2 with --quick)")
     parser.add_argument("--profile", type=Path, help="sample Daphne's GIL holder with py-spy into this folder")
+    parser.add_argument(
+        "--layer",
+        choices=["postgres", "memory", "redis"],
+        help="the new side's channel layer: postgres (its default), memory, or redis (a database of the machine's "
+        "Redis claimed empty for the run, tests.redis_kit)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes of the new side (manage.py worker), 1 by default"
+    )
     parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--model-server", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1058,7 +1127,25 @@ def main(argv: list[str] | None = None) -> None:
             trees = {"new": ROOT}
             if "old" in names:
                 trees["old"] = stack.enter_context(_old_tree(base))
-            sides = [Side(name, trees[name], base / f"{name}-data", model_url) for name in names]
+            layer_env = {"CACHET_CHANNEL_LAYER": args.layer} if args.layer in {"postgres", "memory"} else {}
+            if args.layer == "redis":
+                sys.path.insert(0, str(ROOT))
+                from tests.redis_kit import claim_database
+
+                redis = claim_database()
+                stack.callback(redis.release)
+                layer_env = {"REDIS_URL": redis.url}
+            sides = [
+                Side(
+                    name,
+                    trees[name],
+                    base / f"{name}-data",
+                    model_url,
+                    layer_env=layer_env if name == "new" else {},
+                    worker_count=args.workers,
+                )
+                for name in names
+            ]
             started = time.monotonic()
             with concurrent.futures.ThreadPoolExecutor(len(sides)) as pool:  # both sides build at once
                 list(pool.map(lambda side: side.build(sizes, max(streams), workspace), sides))
