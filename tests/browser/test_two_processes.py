@@ -1,5 +1,7 @@
 """Two Cachet web processes and a worker behind one Redis: a reply asked through one web process runs in the
-worker and streams to a tab served by the other, and a Stop pressed in that tab stops it.
+worker and streams to a tab served by the other, and a Stop pressed in that tab stops it. And the default layout,
+``manage.py serve`` as ``./run`` starts it (Daphne and its worker, the Postgres channel layer), in a phone's
+viewport.
 
 Each process is in its own subprocess (Daphne, and ``manage.py worker``) on the test database (``DATABASE_URL``)
 and on one Redis database (``REDIS_URL``), so the only ways between them are Redis (the channel layer's groups
@@ -372,3 +374,62 @@ def test_a_reply_started_in_one_process_streams_to_and_is_stopped_from_another(
         assert chromium.errors == []
         # no consumer failed on the way (an idle one once did, on Redis's read timeout, and its tab reconnected)
         assert "Exception inside application" not in cluster.logs()
+
+
+@pytest.fixture
+def served(transactional_db: None, tmp_path: Path) -> Iterator[Process]:
+    """``manage.py serve`` as ``./run`` starts it: Daphne and one supervised worker, on the Postgres channel layer
+    (no Redis), on the test database."""
+    from tests.process_kit import cachet_env
+    from tests.process_kit import start as start_process
+
+    data = tmp_path / "served-data"
+    data.mkdir()
+    port = _free_port()
+    env = cachet_env(
+        data=data,
+        redis_url=None,
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        CSRF_TRUSTED_ORIGINS=f"http://127.0.0.1:{port}",
+        CACHET_MODEL_URL="http://127.0.0.1:9/v1",
+    )
+    process = start_process("serve", ["manage.py", "serve", "--port", str(port)], env=env, logs=tmp_path)
+    served = Process("serve", f"http://127.0.0.1:{port}", process.popen, process.log)
+    try:
+        process.wait_for(lambda output: "Worker ready" in output and "Cachet is serving" in output, timeout=90)
+        _wait_for_http(served, time.monotonic() + START_TIMEOUT)
+        yield served
+    finally:
+        process.stop()
+
+
+def test_the_default_layout_a_web_process_and_its_worker_streams_and_stops_a_reply(
+    setup: Setup, served: Process, launched: Launched
+) -> None:
+    setup.model.push(Step(text=LONG_REPLY, chunk_size=2, delay=0.01, pause_at=(40,)))
+    try:
+        with launched.driving():
+            context = launched.browser.new_context(viewport={"width": 390, "height": 844})  # a phone's
+            context.set_default_timeout(TIMEOUT_MS)
+            errors: list[str] = []
+            try:
+                page = context.new_page()
+                watch_errors(page, errors)
+                login(page, served.url, "ada")
+                open_session(page, served.url, setup.session_id)
+                page.fill("#composer-text", "Tell me a long story")
+                page.press("#composer-text", "Enter")
+                assert setup.model.wait_paused(1)
+                streaming(page, 1, "story5 ", "story399")
+                page.click("#stop-button")
+                setup.model.resume()
+                expect(page.locator("#turn-1")).to_have_attribute("data-status", "interrupted")
+                expect(page.locator("#controls")).to_have_attribute("data-state", "idle")
+                assert errors == []
+            finally:
+                context.close()
+    except BaseException:
+        print(served.output())
+        raise
+    turn = in_thread(lambda: Turn.objects.get(session_id=setup.session_id, number=1))
+    assert turn.status == TurnStatus.INTERRUPTED and "story5 " in turn.reply_text
