@@ -70,9 +70,12 @@ def make_layer(name: str, redis_url: str) -> Any:
 
         return RedisPubSubChannelLayer(hosts=[host])
     if name == "cachet_pubsub":
-        from cachet.redis_layer import RedisPubSubLayer
+        from cachet.redis_layer import RedisPubSubLayer, channel_prefix
 
-        return RedisPubSubLayer(hosts=[{"address": redis_url, "socket_timeout": settings.REDIS_SOCKET_TIMEOUT}])
+        return RedisPubSubLayer(
+            hosts=[{"address": redis_url, "socket_timeout": settings.REDIS_SOCKET_TIMEOUT}],
+            prefix=channel_prefix(redis_url),
+        )
     raise SystemExit(f"unknown layer {name}")
 
 

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from channels_redis.pubsub import RedisPubSubChannelLayer, RedisPubSubLoopLayer, RedisSingleShardConnection
 from channels_redis.utils import _wrap_close, decode_hosts
@@ -65,6 +66,15 @@ def _host(host: Any) -> Any:
     if isinstance(host, dict):
         return {"socket_connect_timeout": CONNECT_TIMEOUT, "retry": Retry(NoBackoff(), 1), **host}
     return host
+
+
+def channel_prefix(url: str) -> str:
+    """The prefix of every pub/sub channel of the Redis database ``url`` names: Redis's pub/sub channels are shared
+    by all its databases, so two installations (or test runs) on one Redis, each on a database of its own, would
+    otherwise hear each other's groups (``session-1`` of one is ``session-1`` of the other)."""
+    parts = urlsplit(url)
+    number = parts.path.strip("/") or dict(parse_qsl(parts.query)).get("db", "0")
+    return f"cachet-db{int(number) if str(number).isdigit() else 0}"
 
 
 class RedisPubSubLayer(RedisPubSubChannelLayer):  # type: ignore[misc]

@@ -150,10 +150,15 @@ if CACHET_CHANNEL_LAYER == "redis" and not REDIS_URL:
     raise ValueError("CACHET_CHANNEL_LAYER=redis needs REDIS_URL")
 CHANNEL_LAYERS: dict[str, Any]
 if CACHET_CHANNEL_LAYER == "redis":
+    from cachet.redis_layer import channel_prefix
+
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "cachet.redis_layer.RedisPubSubLayer",
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": REDIS_SOCKET_TIMEOUT}]},
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": REDIS_SOCKET_TIMEOUT}],
+                "prefix": channel_prefix(REDIS_URL),
+            },
         }
     }
 elif CACHET_CHANNEL_LAYER == "postgres":

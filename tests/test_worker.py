@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from cachet.redis_layer import RedisPubSubLayer
+from cachet.redis_layer import RedisPubSubLayer, channel_prefix
 from chat import worker
 from chat.tools import tool_list
 from chat.web import jobs
@@ -84,7 +84,10 @@ async def layered(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Any, st
         yield layer, None
         return
     redis_url = request.getfixturevalue("redis_url")
-    layer = RedisPubSubLayer(hosts=[{"address": redis_url, "socket_timeout": settings.REDIS_SOCKET_TIMEOUT}])
+    layer = RedisPubSubLayer(
+        hosts=[{"address": redis_url, "socket_timeout": settings.REDIS_SOCKET_TIMEOUT}],
+        prefix=channel_prefix(redis_url),
+    )
     yield layer, redis_url
     await layer.flush()
 

@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from cachet.redis_layer import RedisPubSubLayer
+from cachet.redis_layer import RedisPubSubLayer, channel_prefix
 from chat.web.publisher import Relay, _Send, session_group
 from tests.cachet.proxy_kit import Proxy, proxy
 from tests.redis_kit import REDIS, RedisDatabase
@@ -33,7 +33,8 @@ def redis_proxy(redis_database: RedisDatabase) -> Iterator[tuple[Proxy, str]]:
 
 @pytest_asyncio.fixture
 async def layer(redis_proxy: tuple[Proxy, str]) -> AsyncIterator[RedisPubSubLayer]:
-    made = RedisPubSubLayer(hosts=[{"address": redis_proxy[1], "socket_timeout": 5.0}])
+    url = redis_proxy[1]
+    made = RedisPubSubLayer(hosts=[{"address": url, "socket_timeout": 5.0}], prefix=channel_prefix(url))
     yield made
     with contextlib.suppress(Exception):
         await made.flush()
@@ -125,3 +126,37 @@ async def test_a_relay_whose_layer_fails_logs_one_line_not_a_traceback_per_piece
     assert len(records) == 1, [record.getMessage() for record in records]
     assert records[0].exc_info is None
     assert "could not send an update to the page" in records[0].getMessage()
+
+
+async def test_the_prefix_is_the_databases_own() -> None:
+    assert channel_prefix("redis://127.0.0.1:6379/3") == "cachet-db3"
+    assert channel_prefix("redis://127.0.0.1:6379") == "cachet-db0"
+    assert channel_prefix("redis://127.0.0.1:6379/?db=7") == "cachet-db7"
+
+
+async def test_two_databases_of_one_redis_do_not_hear_each_others_groups(redis_database: RedisDatabase) -> None:
+    """Redis's pub/sub is shared by its databases: without the prefix, a group of one installation (or test run)
+    on database 3 heard the same group of another on database 4."""
+    ours = redis_database.url
+    theirs = f"{REDIS}/0"  # another database's name; nothing is written to it
+    layers = [
+        RedisPubSubLayer(hosts=[{"address": url, "socket_timeout": 5.0}], prefix=channel_prefix(url))
+        for url in (ours, theirs)
+    ]
+    try:
+        channels = [await layer.new_channel() for layer in layers]
+        for layer, channel in zip(layers, channels, strict=True):
+            await layer.group_add(session_group(1), channel)
+        assert (await heard(layers[1], session_group(1), channels[1]))["type"] == "ping"
+        await layers[0].group_send(session_group(1), {"type": "ours"})
+        assert (await asyncio.wait_for(layers[0].receive(channels[0]), 10))["type"] == "ours"
+        await layers[1].group_send(session_group(1), {"type": "theirs"})
+        message = await asyncio.wait_for(layers[1].receive(channels[1]), 10)
+        while message["type"] == "ping":
+            message = await asyncio.wait_for(layers[1].receive(channels[1]), 10)
+        assert message["type"] == "theirs"
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(layers[0].receive(channels[0]), 0.5)
+    finally:
+        for layer in layers:
+            await layer.flush()

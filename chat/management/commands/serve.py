@@ -75,6 +75,8 @@ class SupervisedWorker:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+            self.say.write(f"The worker did not stop within {WORKER_STOP_SECONDS:g} s; killed it.\n")
+            self.say.flush()
 
 
 @contextlib.contextmanager

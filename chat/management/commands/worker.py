@@ -43,14 +43,21 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             pass
         self.stdout.write("Worker stopped.")
+        self.stdout.flush()
 
     async def _work(self, connector: Any, concurrency: int) -> None:
         """Run jobs until SIGINT or SIGTERM, which let running replies end (10 s at most), then stop them."""
         event_loop = asyncio.get_running_loop()
         async with worker.queue_open(connector):
             working = asyncio.create_task(worker.work(concurrency=concurrency, install_signal_handlers=False))
+
+            def stop() -> None:
+                self.stdout.write("Worker stopping: running replies get 10 s to end.")
+                self.stdout.flush()
+                working.cancel()
+
             for stop_signal in (signal.SIGINT, signal.SIGTERM):
-                event_loop.add_signal_handler(stop_signal, working.cancel)
+                event_loop.add_signal_handler(stop_signal, stop)
             self.stdout.write(f"Worker ready: runs up to {concurrency} replies at once.")
             self.stdout.flush()
             with contextlib.suppress(asyncio.CancelledError):
