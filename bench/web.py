@@ -24,6 +24,7 @@ services. Then, for each side:
   showed an error).
 
     .venv/bin/python bench/web.py [--quick] [--sides old,new] [--sizes 1000] [--streams 1] [--gap-turns 10]
+        [--layer postgres|memory|redis]
 
 ``--quick`` uses sessions of 10 and 100 turns and 1, 10 and 50 sessions streaming (a few minutes); ``--sizes``
 and ``--streams`` choose them; ``--gap-turns`` asks for more ten-step turns per gap figure (nine gaps each) than
@@ -449,6 +450,7 @@ class Side:
     data: Path
     model_url: str
     env: dict[str, str] = field(default_factory=dict)
+    layer_env: dict[str, str] = field(default_factory=dict)  # the channel layer's variables (``--layer``)
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     built: dict[str, Any] = field(default_factory=dict)
@@ -469,6 +471,8 @@ class Side:
         }
         self.env.pop("DATABASE_URL", None)
         self.env.pop("REDIS_URL", None)
+        self.env.pop("CACHET_CHANNEL_LAYER", None)
+        self.env.update(self.layer_env)
 
     @property
     def new(self) -> bool:
@@ -1026,6 +1030,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--streams", help="how many sessions stream at once, comma-separated")
     parser.add_argument("--gap-turns", type=int, help="ten-step turns per gap figure (default 3, 2 with --quick)")
     parser.add_argument("--profile", type=Path, help="sample Daphne's GIL holder with py-spy into this folder")
+    parser.add_argument(
+        "--layer",
+        choices=["postgres", "memory", "redis"],
+        help="the new side's channel layer: postgres (its default), memory, or redis (a database of the machine's "
+        "Redis claimed empty for the run, tests.redis_kit)",
+    )
     parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--model-server", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1058,7 +1068,18 @@ def main(argv: list[str] | None = None) -> None:
             trees = {"new": ROOT}
             if "old" in names:
                 trees["old"] = stack.enter_context(_old_tree(base))
-            sides = [Side(name, trees[name], base / f"{name}-data", model_url) for name in names]
+            layer_env = {"CACHET_CHANNEL_LAYER": args.layer} if args.layer in {"postgres", "memory"} else {}
+            if args.layer == "redis":
+                sys.path.insert(0, str(ROOT))
+                from tests.redis_kit import claim_database
+
+                redis = claim_database()
+                stack.callback(redis.release)
+                layer_env = {"REDIS_URL": redis.url}
+            sides = [
+                Side(name, trees[name], base / f"{name}-data", model_url, layer_env=layer_env if name == "new" else {})
+                for name in names
+            ]
             started = time.monotonic()
             with concurrent.futures.ThreadPoolExecutor(len(sides)) as pool:  # both sides build at once
                 list(pool.map(lambda side: side.build(sizes, max(streams), workspace), sides))
