@@ -200,6 +200,7 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
         self._inbox: collections.deque[tuple[str, str]] = collections.deque()  # heard: (Postgres channel, payload)
         self._listening: set[str] = set()
         self._pending_syncs: list[asyncio.Future[None]] = []
+        self._changed = True  # what to listen on changed since the thread last looked
         _layers.add(self)
 
     # The interface.
@@ -234,6 +235,7 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
         if "!" not in channel and channel not in self._plain:
             with self._lock:
                 self._plain.add(channel)
+                self._changed = True
             await self._sync()
         loop = asyncio.get_running_loop()
         while True:
@@ -266,6 +268,7 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
             members[channel] = time.time()
             if first:
                 self._group_of[pg_channel(GROUP_PREFIX, group)] = group
+                self._changed = True
         if first:
             await self._sync()
 
@@ -306,6 +309,7 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
             self._groups.clear()
             self._group_of.clear()
             self._plain.clear()
+            self._changed = True
         if self._thread is not None:
             await self._sync()
 
@@ -374,7 +378,8 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
             self._outbox.append(_Outgoing(pg, target, body, done))
         self._poke()
         try:
-            await asyncio.wait_for(done, self.send_timeout)
+            async with asyncio.timeout(self.send_timeout):
+                await done
         except TimeoutError:
             raise LayerUnavailable(f"Postgres did not take the message within {self.send_timeout:g} s") from None
 
@@ -388,7 +393,8 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
             self._syncs.append(done)
         self._poke()
         with contextlib.suppress(TimeoutError, LayerUnavailable):
-            await asyncio.wait_for(done, self.send_timeout)
+            async with asyncio.timeout(self.send_timeout):
+                await done
 
     def _put(self, channel: str, message: dict[str, Any], *, full_raises: bool) -> asyncio.Future[None] | None:
         """Queue ``message`` for a local channel (the lock held); the receive to wake, if one waits."""
@@ -415,6 +421,7 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
     def _forget_group(self, group: str) -> None:
         self._groups.pop(group, None)
         self._group_of.pop(pg_channel(GROUP_PREFIX, group), None)
+        self._changed = True
 
     # The layer's thread.
 
@@ -480,6 +487,8 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
         connection.add_notify_handler(self._heard)
         self._inbox.clear()
         self._listening = set()
+        with self._lock:
+            self._changed = True
         self._backend_pid = connection.info.backend_pid
         self._listen(connection)
         self._state = _State.UP
@@ -516,22 +525,27 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
         while (notify := pgconn.notifies()) is not None:
             self._inbox.append((notify.relname.decode(), notify.extra.decode()))
 
-    def _wanted(self) -> set[str]:
+    def _wanted(self) -> set[str] | None:
+        """What to listen on now; ``None`` when that has not changed."""
         with self._lock:
+            syncs, self._syncs = self._syncs, []
+            self._pending_syncs = syncs
+            if not self._changed:
+                return None
+            self._changed = False
             wanted = {pg_channel(PROCESS_PREFIX, self.process)}
             wanted.update(self._group_of)
             wanted.update(pg_channel(CHANNEL_PREFIX, channel) for channel in self._plain)
-            syncs, self._syncs = self._syncs, []
-        self._pending_syncs = syncs
         return wanted
 
     def _listen(self, connection: psycopg.Connection[Any]) -> None:
         wanted = self._wanted()
-        added, dropped = wanted - self._listening, self._listening - wanted
-        if added or dropped:
-            statements = [f'LISTEN "{name}"' for name in sorted(added)]
-            statements += [f'UNLISTEN "{name}"' for name in sorted(dropped)]
-            connection.execute("; ".join(statements).encode())
+        if wanted is not None:
+            added, dropped = wanted - self._listening, self._listening - wanted
+            if added or dropped:
+                statements = [f'LISTEN "{name}"' for name in sorted(added)]
+                statements += [f'UNLISTEN "{name}"' for name in sorted(dropped)]
+                connection.execute("; ".join(statements).encode())
             self._listening = wanted
         _settle([(done, None) for done in self._pending_syncs])
         self._pending_syncs = []
