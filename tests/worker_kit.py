@@ -19,16 +19,32 @@ def _forget_jobs() -> None:
         cursor.execute("DELETE FROM procrastinate_jobs")
 
 
+def _last_worker() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT coalesce(max(id), 0) FROM procrastinate_workers")
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
 @contextlib.asynccontextmanager
 async def running_worker(*, concurrency: int = 8) -> AsyncIterator[None]:
-    """Run queued jobs while the block runs; at its end, stop them and forget every job of the queue."""
+    """Run queued jobs while the block runs (from once the worker has registered); at its end, stop them and
+    forget every job of the queue."""
     connector = await sync_to_async(worker.queue_connector)()
     async with worker.queue_open(connector):
+        before = await sync_to_async(_last_worker)()
         working = asyncio.create_task(worker.work(concurrency=concurrency, install_signal_handlers=False))
         try:
+            async with asyncio.timeout(30):
+                while await sync_to_async(_last_worker)() <= before and not working.done():
+                    await asyncio.sleep(0.01)
             yield
         finally:
             working.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await working
+            try:
+                async with asyncio.timeout(30):
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await working
+            except TimeoutError:
+                raise AssertionError("the worker did not stop within 30 s of being cancelled") from None
     await sync_to_async(_forget_jobs)()
