@@ -10,6 +10,9 @@ from chat.web import jobs
 
 
 @app.task(name="cachet.session_action", queue=jobs.QUEUE)
-async def session_action(*, session_id: int, action: dict[str, Any], reply_to: str | None) -> None:
-    """Run the session's action (a reply, an undo, …) with its events relayed to the session's tabs."""
-    await jobs.run(session_id, jobs.action_from(action), reply_to=reply_to)
+async def session_action(
+    *, session_id: int, action: dict[str, Any], reply_to: str | None, echo_to: str | None = None
+) -> None:
+    """Run the session's action (a reply, an undo, …) with its events relayed to the session's tabs (and its lines to
+    the terminal that asked, where one did)."""
+    await jobs.run(session_id, jobs.action_from(action), reply_to=reply_to, echo_to=echo_to)

@@ -40,6 +40,7 @@ POLL_SECONDS = 2.0  # a job whose notification was lost waits at most this long
 SHUTDOWN_SECONDS = 10.0  # a stopping worker lets running replies end this long, then stops them
 HEARTBEAT_SECONDS = 2.0
 STALLED_SECONDS = 6.0  # a worker silent this long is dead: its jobs are failed, its sessions' next jobs go on
+WORKER_APPLICATION = "cachet-worker"  # the application_name of a worker's connections to Postgres
 
 
 @dataclass(frozen=True)
@@ -95,12 +96,25 @@ async def _sweeping() -> None:
         await asyncio.sleep(SWEEP_SECONDS)
 
 
-def queue_connector() -> PsycopgConnector:
-    """The queue's connection pool for this process, to the database Django uses (started where embedded)."""
+def queue_connector(*, application_name: str = WORKER_APPLICATION) -> PsycopgConnector:
+    """The queue's connection pool for this process, to the database Django uses (started where embedded). Its
+    connections carry ``application_name``: those of a worker (the default) say that a worker is alive."""
     connection.ensure_connection()  # starts the embedded Postgres where it is the one
     params = connector_params()
     connection.close()
-    return PsycopgConnector(kwargs=params, min_size=1, max_size=4)
+    return PsycopgConnector(kwargs={**params, "application_name": application_name}, min_size=1, max_size=4)
+
+
+def worker_alive() -> bool:
+    """Whether a worker of this database is running (its connections are open): a job queued now gets run."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity"
+            " WHERE application_name = %s AND datname = current_database())",
+            [WORKER_APPLICATION],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
 
 
 @contextlib.asynccontextmanager

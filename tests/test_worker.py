@@ -27,7 +27,7 @@ from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Wo
 from sessions_app.services.sessions import session_start
 from sessions_app.services.turns import step_draft_save, turn_start
 from testing.scripted_server import ScriptedServer, Step
-from tests.process_kit import Process, cachet_env, start_worker
+from tests.process_kit import Process, cachet_env, start, start_worker
 from tests.redis_kit import RedisDatabase
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -142,8 +142,10 @@ async def test_a_worker_killed_mid_reply_is_noticed_and_the_session_goes_on(
     try:
         workers.append(await sync_to_async(start_worker)("worker-a", env=env, logs=tmp_path))
         model.push(Step(text=STORY, chunk_size=3, delay=0.005, pause_at=(120,)))
-        assert await jobs.start(session.pk, jobs.Send(words="Tell me a story"), reply_to=None)
-        assert await sync_to_async(model.wait_paused)(1, 30), workers[0].output()
+        username = await sync_to_async(lambda: session.owner.get_username())()
+        ask = ["manage.py", "ask", "--user", username, "--session", str(session.pk), "Tell me a story"]
+        workers.append(start("ask", ask, env=env, logs=tmp_path))  # a terminal following the reply
+        assert await asyncio.to_thread(model.wait_paused, 1, 30), workers[0].output()
         async with asyncio.timeout(10):
             while not await sync_to_async(_draft_kept)(session.pk):  # the streamed text is saved every second
                 await asyncio.sleep(0.05)
@@ -166,6 +168,11 @@ async def test_a_worker_killed_mid_reply_is_noticed_and_the_session_goes_on(
             (2, TurnStatus.DONE),
         ], turns
         print(f"killed worker noticed after {noticed:.1f} s")
+        asked = workers[1]
+        assert await asyncio.to_thread(asked.popen.wait, 30) == 1, asked.output()
+        assert "The worker running it stopped" in asked.output() and "story0 story1" in asked.output()
+        assert "Turn 1 interrupted" in asked.output()
+        assert asked.output().rstrip().splitlines()[-1].startswith(f"session={session.pk} turn=1 requests=1 ")
     except BaseException:
         for process in workers:
             print(f"===== {process.name} =====\n{process.output()}")

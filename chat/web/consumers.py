@@ -400,13 +400,8 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def start(self, action: jobs.Action) -> bool:
         """Queue ``action`` for a worker; every tab of the session shows it running from now on."""
-        if not self.running:
-            for text in pack([fragments.controls_put(running=True, label=jobs.QUEUED)]):
-                await self.channel_layer.group_send(
-                    session_group(self.session_id), {"type": MESSAGE_TYPE, "text": text}
-                )
-        if self.running or not await jobs.start(self.session_id, action, reply_to=self.channel_name):
-            await self.notice("A reply is already running in this session; wait for it or stop it first.")
+        if self.running or await jobs.start(self.session_id, action, reply_to=self.channel_name) is None:
+            await self.notice(str(ReplyInProgress()))
             return False
         await self.show(fragments.notice_put(""))
         return True

@@ -19,21 +19,32 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from channels.layers import BaseChannelLayer, get_channel_layer
 from django.db import close_old_connections, connection
 from procrastinate import exceptions as queue_errors
 from procrastinate.contrib.django import app as queue_app
 
-from chat.agent.events import ReplyEvent, TurnStarted
+from chat.agent.echo import echo_lines
+from chat.agent.events import ReplyEvent, TurnEnded, TurnStarted
 from chat.agent.loop import ReplyLoop
 from chat.agent.model import Cancel, ModelError
 from chat.web import fragments
 from chat.web.messages import Put, pack
-from chat.web.publisher import MESSAGE_TYPE, Publisher, Relay, _Send, _Snapshot, reply_group, session_group
+from chat.web.publisher import (
+    MESSAGE_TYPE,
+    Publisher,
+    Relay,
+    _Direct,
+    _Echo,
+    _Send,
+    _Snapshot,
+    reply_group,
+    session_group,
+)
 from chat.web.socket_store import store_call
 from sessions_app.errors import StoreError, person_message
 from sessions_app.models import ChatSession
@@ -42,6 +53,8 @@ from sessions_app.selectors.sessions import session_by_id
 logger = logging.getLogger(__name__)
 
 STOP = "reply.stop"
+ENDED = "cachet.job_ended"  # to the terminal following a job, after its last echo
+TURN = "cachet.job_turn"  # to the terminal following a job: the turn it started
 LIVE = "reply.live"
 STOPPED_WAITING = "Stopped before it started; nothing was sent to the model."
 QUEUED = "Queued: waiting for a worker…"
@@ -243,8 +256,9 @@ class Job:
     done: threading.Event = field(default_factory=threading.Event)  # and the last of the job's sends is put
     relay: Relay = field(init=False)
     ended: asyncio.Event = field(default_factory=asyncio.Event)  # set on ``event_loop`` once everything is sent
-    echo: Callable[[ReplyEvent], None] | None = None  # also given every event, in the job's thread (``ask``)
+    echo_to: str | None = None  # the channel of a terminal following the job (``ask``): its lines, then its end
     failure: str = ""  # why the action failed, where it did
+    turn_id: int | None = None  # the last turn the job ended
     reply_loop: ReplyLoop | None = None
     _listener: asyncio.Task[None] | None = None
 
@@ -318,10 +332,15 @@ class Job:
             publisher.group([fragments.controls_put(running=True, label=self.action.label)])
             self.reply_loop = ReplyLoop(session, cancel=self.cancel, waiting=self._waiting)
             for event in self.action.events(self.reply_loop):
-                started_turn = started_turn or isinstance(event, TurnStarted)
                 publisher.publish(event)
-                if self.echo is not None:
-                    self.echo(event)
+                if isinstance(event, TurnStarted):
+                    started_turn = True
+                    if self.echo_to is not None:
+                        self.relay.put(_Direct({"type": TURN, "turn_id": event.turn.pk}, self.echo_to))
+                if isinstance(event, TurnEnded):
+                    self.turn_id = event.turn.pk
+                if self.echo_to is not None and (lines := echo_lines(event)):
+                    self.relay.put(_Echo(lines, self.echo_to))
         except ChatSession.DoesNotExist:
             self.failure = "The session no longer exists."
         except (StoreError, ModelError) as error:
@@ -346,9 +365,30 @@ class Job:
                 self.relay.put(_Send(text, None))
         except Exception:
             logger.exception("session %s: could not send the idle state", self.session_id)
+        if self.echo_to is not None:
+            self.relay.put(_Direct(dict(self.ended_message()), self.echo_to))
         self.relay.close()
         self.done.set()
         self.event_loop.call_soon_threadsafe(lambda: self.event_loop.create_task(self._end()))
+
+    def ended_message(self) -> JobEnded:
+        """What the terminal following the job is told once it has ended."""
+        requests = self.reply_loop.requests if self.reply_loop is not None else []
+        return {
+            "type": ENDED,
+            "failure": self.failure,
+            "request_ids": [request.pk for request in requests],
+            "turn_id": self.turn_id,
+        }
+
+
+class JobEnded(TypedDict):
+    """The last message a terminal following a job gets from it."""
+
+    type: str
+    failure: str
+    request_ids: list[int]
+    turn_id: int | None
 
 
 _running: set[Job] = set()
@@ -370,27 +410,38 @@ def busy(session_id: int) -> bool:
     return bool(_queued(session_id, "todo", "doing").exists())
 
 
-async def start(session_id: int, action: Action, *, reply_to: str | None) -> bool:
-    """Queue ``action`` for the session; false where a job of it already waits."""
+async def start(
+    session_id: int, action: Action, *, reply_to: str | None, echo_to: str | None = None, queue: str = QUEUE
+) -> int | None:
+    """Queue ``action`` for the session, every tab of it shown the reply as queued; the job's id, or ``None`` where
+    a job of the session already waits. ``echo_to``: a terminal's channel to send the job's lines to."""
     from chat.tasks import session_action
 
+    layer = get_channel_layer()
+    if layer is not None:
+        for text in pack([fragments.controls_put(running=True, label=QUEUED)]):
+            await layer.group_send(session_group(session_id), {"type": MESSAGE_TYPE, "text": text})
     key = session_key(session_id)
     try:
-        await session_action.configure(lock=key, queueing_lock=key).defer_async(
-            session_id=session_id, action=action.payload(), reply_to=reply_to
+        return await session_action.configure(lock=key, queueing_lock=key, queue=queue).defer_async(
+            session_id=session_id, action=action.payload(), reply_to=reply_to, echo_to=echo_to
         )
     except queue_errors.AlreadyEnqueued:
-        return False
-    return True
+        return None
 
 
-async def run(session_id: int, action: Action, *, reply_to: str | None) -> None:
+async def run(session_id: int, action: Action, *, reply_to: str | None, echo_to: str | None = None) -> None:
     """Run a queued job in this (worker) process: its thread does the work, this loop relays its events. A
     cancelled run (the queue aborts it, the worker stops) stops the reply and waits until it has ended."""
     layer = get_channel_layer()
     assert layer is not None, "CHANNEL_LAYERS is configured"
     job = Job(
-        session_id=session_id, action=action, layer=layer, event_loop=asyncio.get_running_loop(), reply_to=reply_to
+        session_id=session_id,
+        action=action,
+        layer=layer,
+        event_loop=asyncio.get_running_loop(),
+        reply_to=reply_to,
+        echo_to=echo_to,
     )
     await job.begin()
     try:
@@ -399,40 +450,6 @@ async def run(session_id: int, action: Action, *, reply_to: str | None) -> None:
         job.cancel.set()
         await job.ended.wait()
         raise
-
-
-@contextlib.contextmanager
-def relaying_loop() -> Iterator[asyncio.AbstractEventLoop]:
-    """An event loop in a thread of its own, to relay the events of jobs this (command) process runs."""
-    event_loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=event_loop.run_forever, name="cachet-relay", daemon=True)
-    thread.start()
-    try:
-        yield event_loop
-    finally:
-        event_loop.call_soon_threadsafe(event_loop.stop)
-        thread.join(5)
-        event_loop.close()
-
-
-def run_here(
-    session_id: int, action: Action, *, event_loop: asyncio.AbstractEventLoop, echo: Callable[[ReplyEvent], None]
-) -> Job:
-    """Run ``action`` in this process, as a worker would (every tab of the session follows it, and a Stop from any
-    of them reaches it), ``echo`` given each event; Ctrl-C stops it. The job, once it has ended."""
-    layer = get_channel_layer()
-    assert layer is not None, "CHANNEL_LAYERS is configured"
-    job = Job(session_id=session_id, action=action, layer=layer, event_loop=event_loop, echo=echo)
-    asyncio.run_coroutine_threadsafe(job.begin(), event_loop).result(timeout=30)
-    try:
-        while not job.done.wait(0.2):
-            pass
-    except KeyboardInterrupt:
-        job.cancel.set()
-        job.done.wait()
-        raise
-    asyncio.run_coroutine_threadsafe(job.ended.wait(), event_loop).result(timeout=30)
-    return job
 
 
 def _waiting_jobs(session_id: int) -> list[tuple[int, dict[str, Any]]]:

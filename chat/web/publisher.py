@@ -27,6 +27,7 @@ from typing import Any
 
 from channels.layers import BaseChannelLayer
 
+from chat.agent.echo import EchoLine
 from chat.agent.events import (
     BranchFlipped,
     CacheChecked,
@@ -66,6 +67,7 @@ RENDER_SECONDS = 0.1
 RENDER_SHARE = 0.2  # of the process's time, at most, spent rendering the live text of all replies streaming
 HUSH_SECONDS = 0.05
 MESSAGE_TYPE = "cachet.message"
+ECHO = "cachet.echo"  # lines for a terminal following a job
 COMPACTING = "Compacting…"
 
 
@@ -98,7 +100,23 @@ class _Snapshot:
     reply_to: str
 
 
-_Item = _Send | _Delta | _Snapshot
+@dataclass(frozen=True)
+class _Echo:
+    """Lines for the terminal following the job (``manage.py ask``), on its channel ``to``."""
+
+    lines: list[EchoLine]
+    to: str
+
+
+@dataclass(frozen=True)
+class _Direct:
+    """A message of its own to one channel (the end of a job, for the terminal following it)."""
+
+    message: dict[str, Any]
+    to: str
+
+
+_Item = _Send | _Delta | _Snapshot | _Echo | _Direct
 
 
 class Relay:
@@ -154,7 +172,16 @@ class Relay:
             await self._task
 
     async def _send(self, text: str, to: str | None) -> None:
-        message = {"type": MESSAGE_TYPE, "text": text}
+        await self._send_message({"type": MESSAGE_TYPE, "text": text}, to)
+
+    async def _echo(self, first: _Echo) -> None:
+        """Send ``first`` with the echo lines to the same terminal already waiting behind it, in one message."""
+        lines = list(first.lines)
+        while self._items and isinstance(self._items[0], _Echo) and self._items[0].to == first.to:
+            lines.extend(self._items.popleft().lines)  # type: ignore[union-attr]
+        await self._send_message({"type": ECHO, "lines": lines}, first.to)
+
+    async def _send_message(self, message: dict[str, Any], to: str | None) -> None:
         try:
             if to is None:
                 await self.layer.group_send(session_group(self.session_id), message)
@@ -187,6 +214,10 @@ class Relay:
                     await self._deltas(item)
                 elif isinstance(item, _Snapshot):
                     await self._snapshot(item.reply_to)
+                elif isinstance(item, _Echo):
+                    await self._echo(item)
+                elif isinstance(item, _Direct):
+                    await self._send_message(item.message, item.to)
                 else:
                     await self._send(item.text, item.to)
                 await self._render_if_due()

@@ -3,6 +3,7 @@ session follows the reply as it streams, and a Stop in one of them stops it."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,19 +11,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from chat.agent.echo import EchoLine
 from chat.agent.endpoints import FALLBACK_MODEL
-from chat.agent.events import (
-    Compacted,
-    Notice,
-    ReplyEvent,
-    ResultStored,
-    TextDelta,
-    ToolCalled,
-    TurnEnded,
-    TurnsTakenBack,
-    taken_back_text,
-)
 from chat.agent.model import ModelError, list_models
+from chat.follow import Followed, follow
 from chat.tools import tool_list
 from chat.web import jobs
 from sessions_app.errors import StoreError
@@ -44,7 +36,6 @@ from sessions_app.selectors.sessions import (
     workspaces_for,
 )
 from sessions_app.services.sessions import session_model_switch, session_set_mode, session_start
-from sessions_app.text import storable
 
 
 def _endpoint(spec: str | None) -> ModelEndpoint:
@@ -188,23 +179,22 @@ class Command(BaseCommand):
         elif options["message"] is not None:
             actions.append(jobs.Send(words=options["message"]))
         failed = False
-        self.turn: Turn | None = None
+        turn: Turn | None = None
         request_ids: list[int] = []
-        with jobs.relaying_loop() as event_loop:
-            for action in actions:
-                try:
-                    job = jobs.run_here(session.pk, action, event_loop=event_loop, echo=self.show)
-                except KeyboardInterrupt:
-                    self.stderr.write("Stopped.")
-                    failed = True
-                    break
-                if job.reply_loop is not None:
-                    request_ids.extend(request.pk for request in job.reply_loop.requests)
-                if job.failure:
-                    self.stderr.write(job.failure)
-                    failed = True
-                    break
-        turn = self.turn
+        try:
+            ended = asyncio.run(self._follow(session.pk, actions))
+        except KeyboardInterrupt:
+            self.stderr.write("Stopped waiting; the reply goes on where it runs.")
+            ended, failed = [], True
+        for followed in ended:
+            request_ids.extend(followed.request_ids)
+            if not followed.heard_end and followed.turn_id is not None:  # its worker died: what the store has
+                request_ids.extend(ModelRequest.objects.filter(turn_id=followed.turn_id).values_list("pk", flat=True))
+            if followed.turn_id is not None:
+                turn = Turn.objects.filter(pk=followed.turn_id).first()
+            if followed.failure:
+                self.stderr.write(followed.failure)
+                failed = True
         if turn is not None:
             turn.refresh_from_db()
         if turn is not None and turn.status != TurnStatus.DONE:
@@ -221,30 +211,17 @@ class Command(BaseCommand):
         if failed:
             sys.exit(1)
 
-    def show(self, event: ReplyEvent) -> None:
-        """Print one event of the reply (in the job's thread); keep the turn it ended, where it ended one."""
-        out = self.stdout
-        match event:
-            case TextDelta(text=text) if event.turn_number:
-                out.write(storable(text), ending="")
-                out.flush()
-            case ToolCalled(name=name) if event.turn_number:
-                out.write(f"\n[{name}]", ending="")
-            case ResultStored(result=result):
-                first = result.inserted_text.splitlines()[0] if result.inserted_text else ""
-                out.write(f"\n  {first}")
-            case TurnsTakenBack(turns=turns, conflicts=conflicts) if turns:
-                text = taken_back_text(event, [turn.number for turn in reversed(turns)])
-                if text:
-                    out.write(text)
-                for conflict in conflicts:
-                    out.write(f"Not restored: {conflict}")
-            case Compacted():
-                out.write("Compacted: the next turn starts from the summary.")
-            case Notice(text=text, lines=lines):
-                self.stderr.write(text)
-                for line in lines:
-                    self.stderr.write(f"  {line}")
-            case TurnEnded(turn=turn):
-                out.write("")
-                self.turn = turn
+    async def _follow(self, session_id: int, actions: list[jobs.Action]) -> list[Followed]:
+        """Queue each action in turn and follow it to its end; stop at the first that fails."""
+        ended = []
+        for action in actions:
+            ended.append(await follow(session_id, action, write=self.write))
+            if ended[-1].failure:
+                break
+        return ended
+
+    def write(self, line: EchoLine) -> None:
+        """Print a line the job sends."""
+        stream = self.stderr if line["err"] else self.stdout
+        stream.write(line["text"], ending=line["ending"])
+        stream.flush()
