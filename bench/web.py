@@ -31,11 +31,14 @@ to another process than the one that was asked; Daphne's CPU is summed over the 
 pieces all tabs received (both tabs of a session count). The old side is one process whatever ``--webs`` says.
 
     .venv/bin/python bench/web.py [--quick] [--sides old,new] [--sizes 1000] [--streams 1] [--gap-turns 10]
-        [--layer postgres|memory|redis] [--workers N] [--webs M]
+        [--layer postgres|memory|redis] [--workers N] [--webs M] [--concurrency N] [--keep]
 
 ``--quick`` uses sessions of 10 and 100 turns and 1, 10 and 50 sessions streaming (a few minutes); ``--sizes``
 and ``--streams`` choose them; ``--gap-turns`` asks for more ten-step turns per gap figure (nine gaps each) than
-the default three, for a steadier p95.
+the default three, for a steadier p95. ``--concurrency`` sets ``CACHET_WORKER_CONCURRENCY`` of the new side's
+workers (16 by default, as deployed; each running reply holds a database connection, and the embedded Postgres
+takes 100); ``--keep`` leaves the data folders (Daphne's and the workers' logs) in place and says where. An embedded
+Postgres still running once a side's processes have stopped is stopped, and said.
 """
 
 from __future__ import annotations
@@ -467,7 +470,7 @@ class Side:
     data: Path
     model_url: str
     env: dict[str, str] = field(default_factory=dict)
-    layer_env: dict[str, str] = field(default_factory=dict)  # the channel layer's variables (``--layer``)
+    layer_env: dict[str, str] = field(default_factory=dict)  # the new side's own (``--layer``, ``--concurrency``)
     ports: list[int] = field(default_factory=list)  # of the web processes, web 0 first
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)  # the Daphne processes
     built: dict[str, Any] = field(default_factory=dict)
@@ -588,6 +591,31 @@ class Side:
                 process.kill()
                 process.wait()
         self.processes, self.ports = [], []
+        self._stop_stray_postgres()
+
+    def _stop_stray_postgres(self) -> None:
+        """Stop an embedded Postgres that outlived every process of the side. The last process to exit stops it
+        (pgserver's atexit), but a web process's channel layer, losing its connection at that moment, has been
+        seen to start it again on its way out; it would go on running on a deleted folder after the run."""
+        pid_file = self.data / "pg" / "postmaster.pid"
+        try:
+            pid = int(pid_file.read_text().split()[0])
+            if str(self.data / "pg").encode() not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return  # not this folder's server (the number was used again)
+        except (OSError, ValueError, IndexError):
+            return
+        print(f"  {self.name}: the embedded Postgres (pid {pid}) outlived the side's processes; stopping it")
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGINT)  # Postgres's fast shutdown
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return
+            time.sleep(0.1)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
     @property
     def port(self) -> int:
@@ -1204,6 +1232,10 @@ def main(argv: list[str] | None = None) -> None:
         help="web (Daphne) processes of the new side, 1 by default; with more, each streaming session's measured "
         "tab is on another web process than the tab that sends",
     )
+    parser.add_argument(
+        "--concurrency", type=int, help="CACHET_WORKER_CONCURRENCY of the new side's workers (16 as deployed)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the data folders and their logs, and say where")
     parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--model-server", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1248,6 +1280,8 @@ def main(argv: list[str] | None = None) -> None:
                 redis = claim_database()
                 stack.callback(redis.release)
                 layer_env = {"REDIS_URL": redis.url}
+            if args.concurrency:
+                layer_env["CACHET_WORKER_CONCURRENCY"] = str(args.concurrency)
             sides = [
                 Side(
                     name,
@@ -1272,7 +1306,10 @@ def main(argv: list[str] | None = None) -> None:
                 results[side.name] = run_side(side, sizes, streams, gap_turns, model_port)
         report(results, sizes, streams)
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if args.keep:
+            print(f"the data folders (Daphne's and the workers' logs) are kept in {base}", flush=True)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
