@@ -22,7 +22,11 @@ services. Then, for each side:
 - **streaming**: 1, 10, 50 and 100 sessions each asked at once for a reply of 100 pieces at 50 pieces a second:
   time to the first piece at the tab's socket, relay latency (piece written by the model server to piece
   read from the tab's socket), Daphne's CPU per piece (and the workers'), and errors (a tab that never went
-  idle, closed, or showed an error).
+  idle, closed, or showed an error; the failed sessions are listed);
+- **stop** (NEW): a reply streaming (sent by a tab on web 1, or a second tab where there is one web process), a
+  tab on web 0 sends Stop: the time until the model server sees the reply's connection closed by the worker (a
+  thread of the server watches that socket), and until the tab that sent shows the idle state; ``--stops`` of
+  them (20), one after the other, with nothing else streaming.
 
 With ``--webs M`` the new side runs M Daphne processes on one data folder, ``SECRET_KEY`` and channel layer, as a
 team deploys it behind a proxy. Pages, sockets and gaps use web 0. Each streaming session then has two tabs: the
@@ -31,7 +35,7 @@ to another process than the one that was asked; Daphne's CPU is summed over the 
 pieces all tabs received (both tabs of a session count). The old side is one process whatever ``--webs`` says.
 
     .venv/bin/python bench/web.py [--quick] [--sides old,new] [--sizes 1000] [--streams 1] [--gap-turns 10]
-        [--layer postgres|memory|redis] [--workers N] [--webs M] [--concurrency N] [--keep]
+        [--layer postgres|memory|redis] [--workers N] [--webs M] [--concurrency N] [--stops 20] [--keep]
 
 ``--quick`` uses sessions of 10 and 100 turns and 1, 10 and 50 sessions streaming (a few minutes); ``--sizes``
 and ``--streams`` choose them; ``--gap-turns`` asks for more ten-step turns per gap figure (nine gaps each) than
@@ -53,6 +57,7 @@ import itertools
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -81,6 +86,7 @@ MARKER = re.compile(r"q\d{5}p\d{3}")
 IDLE = re.compile(r'data-state=\\?"idle')
 ERROR_NOTICE = re.compile(r'class=\\?"notice error')
 FILE_LINES = 300
+STOP_PIECES = 900  # a reply to stop: 18 s at 50 pieces a second, stopped long before its end
 STREAM_TIMEOUT = 300.0  # the longest a streaming session's tabs wait for the idle state
 OPEN_TIMEOUT = 60.0  # the longest a tab waits for its socket to open
 
@@ -130,8 +136,19 @@ def serve_model(port_file: Path) -> None:
                     pieces.setdefault(marker, now)
 
     def stream(self: Any, answer: Any) -> None:
-        plain_stream(self, answer)
-        local.entry["finished"] = time.monotonic()
+        entry = local.entry
+        done = threading.Event()
+        if entry["kind"] == "stop":
+            threading.Thread(target=_watch_close, args=(self.connection, entry, lock, done), daemon=True).start()
+        try:
+            plain_stream(self, answer)
+        except Exception:
+            with lock:
+                entry.setdefault("write_failed", time.monotonic())
+            raise
+        finally:
+            done.set()
+        entry["finished"] = time.monotonic()
 
     def get(self: Any) -> None:
         if self._path() == "/bench/times":
@@ -151,6 +168,28 @@ def serve_model(port_file: Path) -> None:
         threading.Event().wait()  # until terminated
 
 
+def _watch_close(connection: socket.socket, entry: dict[str, Any], lock: threading.Lock, done: threading.Event) -> None:
+    """Note in ``entry["closed"]`` the moment the client closes the connection of a streamed answer (the
+    client sends nothing more once its request is written: the socket turns readable only at its end)."""
+    poller = select.poll()
+    poller.register(connection.fileno(), select.POLLIN | select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+    while not done.is_set():
+        if not poller.poll(50):
+            continue
+        now = time.monotonic()
+        try:
+            data = connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            continue
+        except OSError:
+            data = b""
+        if not data:
+            with lock:
+                entry.setdefault("closed", now)
+            return
+        done.wait(0.05)  # the client wrote something: look again later
+
+
 def _step_for(scripted: Any, body: bytes, number: int, entry: dict[str, Any]) -> Any:
     try:
         messages = json.loads(body)["messages"]
@@ -158,6 +197,10 @@ def _step_for(scripted: Any, body: bytes, number: int, entry: dict[str, Any]) ->
         return scripted.Step(text="?")
     last_user = max((i for i, message in enumerate(messages) if message.get("role") == "user"), default=0)
     words = json.dumps(messages[last_user].get("content"))
+    if "BENCH-STOP" in words:
+        entry["kind"] = "stop"
+        text = " ".join(f"q{number:05d}p{k:03d}" for k in range(STOP_PIECES))
+        return scripted.Step(text=text, chunk_size=11, delay=PIECE_DELAY)
     if "BENCH-STREAM" in words:
         entry["kind"] = "stream"
         text = " ".join(f"q{number:05d}p{k:03d}" for k in range(PIECES))
@@ -575,19 +618,21 @@ class Side:
     def stop(self) -> None:
         for worker in self.workers:
             worker.send_signal(signal.SIGTERM)
-        for worker in self.workers:
+        for number, worker in enumerate(self.workers):
             try:
                 worker.wait(30)
             except subprocess.TimeoutExpired:
+                print(f"  {self.name}: worker {number} had not stopped 30 s after SIGTERM; killed", flush=True)
                 worker.kill()
                 worker.wait()
         self.workers = []
         for process in self.processes:
             process.send_signal(signal.SIGTERM)
-        for process in self.processes:
+        for number, process in enumerate(self.processes):
             try:
                 process.wait(20)
             except subprocess.TimeoutExpired:
+                print(f"  {self.name}: web {number} had not stopped 20 s after SIGTERM; killed", flush=True)
                 process.kill()
                 process.wait()
         self.processes, self.ports = [], []
@@ -946,6 +991,69 @@ async def measure_streaming(side: Side, session_ids: list[int], model_port: int)
     )
 
 
+@dataclass
+class StopFigure:
+    closed_ms: list[float]  # from the Stop sent to the model server seeing the reply's connection closed
+    idle_ms: list[float]  # from the Stop sent to the other tab showing the idle state
+    webs: tuple[int, int]  # the web process of the tab that stops, and of the one that sent and watches
+    failures: list[str] = field(default_factory=list)
+
+
+def _arrival(tab: Tab, done: Any, start: int) -> float:
+    """When the first message from index ``start`` on that satisfies ``done`` arrived."""
+    return next(arrived for arrived, text in tab.got[start:] if done(text))
+
+
+async def measure_stop(side: Side, session_ids: list[int], model_port: int, count: int) -> StopFigure:
+    """Stop a streaming reply from a tab on web 0, ``count`` times one after the other: the message sent by a tab
+    on web 1 (a second tab of web 0 where there is one web process), which must then show the idle state."""
+    webs = (0, 1 % len(side.ports))
+    figure = StopFigure([], [], webs)
+    for number in range(count):
+        session_id = session_ids[number % len(session_ids)]
+        try:
+            stopper = await _open_synced(side, session_id, web=webs[0])
+        except (Closed, OSError, TimeoutError) as error:
+            figure.failures.append(f"stop {number}, session {session_id}: a tab did not open ({error!r})")
+            continue
+        try:
+            other = await _open_synced(side, session_id, web=webs[1])
+        except (Closed, OSError, TimeoutError) as error:
+            figure.failures.append(f"stop {number}, session {session_id}: a tab did not open ({error!r})")
+            await stopper.close()
+            continue
+        try:
+            await _model_times(model_port)
+            start = len(other.got)
+            other.send({"type": "send", "text": "BENCH-STOP: go on until stopped"})
+            if not await other.until(lambda text: bool(MARKER.search(text)), start=start, timeout=60):
+                figure.failures.append(f"stop {number}, session {session_id}: the reply never streamed")
+                continue
+            await asyncio.sleep(0.3)
+            start = len(other.got)
+            sent = time.monotonic()
+            stopper.send({"type": "stop"})
+            if not await other.until(_idle, start=start, timeout=30):
+                figure.failures.append(
+                    f"stop {number}, session {session_id}: the other tab never showed the idle state "
+                    f"(closed {other.closed})"
+                )
+                continue
+            figure.idle_ms.append((_arrival(other, _idle, start) - sent) * 1000)
+            await asyncio.sleep(0.2)
+            stops = [r for r in (await _model_times(model_port))["requests"] if r["kind"] == "stop"]
+            if len(stops) != 1 or "closed" not in stops[0]:
+                figure.failures.append(
+                    f"stop {number}, session {session_id}: the model server saw no connection closed ({stops})"
+                )
+                continue
+            figure.closed_ms.append((stops[0]["closed"] - sent) * 1000)
+        finally:
+            await stopper.close()
+            await other.close()
+    return figure
+
+
 # --- the run ---------------------------------------------------------------------------------------------------------
 
 
@@ -957,6 +1065,7 @@ class SideFigures:
     gap: GapFigure | None = None
     gap_slow: GapFigure | None = None
     streams: dict[int, StreamFigure] = field(default_factory=dict)
+    stop: StopFigure | None = None
     read_ms: float = 0.0
     build_ms: dict[int, float] = field(default_factory=dict)
     queries_per_step: float = float("nan")
@@ -1028,7 +1137,9 @@ def _profiled(side: Side, name: str) -> Iterator[None]:
 PROFILE_DIR: Path | None = None
 
 
-def run_side(side: Side, sizes: list[int], streams: list[int], gap_turns: int, model_port: int) -> SideFigures:
+def run_side(
+    side: Side, sizes: list[int], streams: list[int], gap_turns: int, model_port: int, stops: int = 0
+) -> SideFigures:
     figures = SideFigures(
         read_ms=float(side.built.get("read_ms", 0.0)),
         build_ms={int(size): float(ms) for size, ms in side.built.get("build_ms", {}).items()},
@@ -1093,6 +1204,19 @@ def run_side(side: Side, sizes: list[int], streams: list[int], gap_turns: int, m
                 print(f"    failed: {failure}", flush=True)
             if len(got_stream.failures) > 20:
                 print(f"    … and {len(got_stream.failures) - 20} more", flush=True)
+        if side.new and stops:
+            ids = [int(i) for i in side.built["streaming"]]
+            figures.stop = got_stop = asyncio.run(measure_stop(side, ids, model_port, stops))
+            print(
+                f"  {side.name} stop (from web {got_stop.webs[0]}, watched on web {got_stop.webs[1]}): model "
+                f"connection closed p50 {_pct(got_stop.closed_ms, 0.5):.0f} ms p95 "
+                f"{_pct(got_stop.closed_ms, 0.95):.0f} ms, idle on the other tab p50 "
+                f"{_pct(got_stop.idle_ms, 0.5):.0f} ms p95 {_pct(got_stop.idle_ms, 0.95):.0f} ms "
+                f"(n={len(got_stop.closed_ms)}/{stops}), errors {len(got_stop.failures)}",
+                flush=True,
+            )
+            for failure in got_stop.failures:
+                print(f"    failed: {failure}", flush=True)
     finally:
         side.stop()
     return figures
@@ -1206,6 +1330,14 @@ def report(results: dict[str, SideFigures], sizes: list[int], streams: list[int]
             f"{so.errors} ({so.missing_pieces})" if so else "—",
             f"{sn.errors} ({sn.missing_pieces})" if sn else "—",
         )
+    if new.stop is not None:
+        stop = new.stop
+        where = f"tab on web {stop.webs[0]}, reply watched on web {stop.webs[1]}"
+        for label, q in (("p50", 0.5), ("p95", 0.95)):
+            _row(f"Stop ({where}) → model connection closed, {label}", "—", _ms(_pct(stop.closed_ms, q)))
+        for label, q in (("p50", 0.5), ("p95", 0.95)):
+            _row(f"Stop ({where}) → idle state on the other tab, {label}", "—", _ms(_pct(stop.idle_ms, q)))
+        _row("Stop: timed, failed", "—", f"{len(stop.closed_ms)}, {len(stop.failures)}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -1234,6 +1366,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--concurrency", type=int, help="CACHET_WORKER_CONCURRENCY of the new side's workers (16 as deployed)"
+    )
+    parser.add_argument(
+        "--stops",
+        type=int,
+        default=20,
+        help="Stops of a streaming reply timed on the new side (0: none), 20 by default",
     )
     parser.add_argument("--keep", action="store_true", help="keep the data folders and their logs, and say where")
     parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)
@@ -1303,7 +1441,7 @@ def main(argv: list[str] | None = None) -> None:
                 flush=True,
             )
             for side in sides:
-                results[side.name] = run_side(side, sizes, streams, gap_turns, model_port)
+                results[side.name] = run_side(side, sizes, streams, gap_turns, model_port, args.stops)
         report(results, sizes, streams)
     finally:
         if args.keep:
