@@ -22,14 +22,27 @@ services. Then, for each side:
 - **streaming**: 1, 10, 50 and 100 sessions each asked at once for a reply of 100 pieces at 50 pieces a second:
   time to the first piece at the tab's socket, relay latency (piece written by the model server to piece
   read from the tab's socket), Daphne's CPU per piece (and the workers'), and errors (a tab that never went
-  idle, closed, or showed an error).
+  idle, closed, or showed an error; the failed sessions are listed);
+- **stop** (NEW): a reply streaming (sent by a tab on web 1, or a second tab where there is one web process), a
+  tab on web 0 sends Stop: the time until the model server sees the reply's connection closed by the worker (a
+  thread of the server watches that socket), and until the tab that sent shows the idle state; ``--stops`` of
+  them (20), one after the other, with nothing else streaming.
+
+With ``--webs M`` the new side runs M Daphne processes on one data folder, ``SECRET_KEY`` and channel layer, as a
+team deploys it behind a proxy. Pages, sockets and gaps use web 0. Each streaming session then has two tabs: the
+one that sends is on web ``i % M``, the one measured on web ``(i + 1) % M``, so every piece crosses from the worker
+to another process than the one that was asked; Daphne's CPU is summed over the web processes and divided by the
+pieces all tabs received (both tabs of a session count). The old side is one process whatever ``--webs`` says.
 
     .venv/bin/python bench/web.py [--quick] [--sides old,new] [--sizes 1000] [--streams 1] [--gap-turns 10]
-        [--layer postgres|memory|redis] [--workers N]
+        [--layer postgres|memory|redis] [--workers N] [--webs M] [--concurrency N] [--stops 20] [--keep]
 
 ``--quick`` uses sessions of 10 and 100 turns and 1, 10 and 50 sessions streaming (a few minutes); ``--sizes``
 and ``--streams`` choose them; ``--gap-turns`` asks for more ten-step turns per gap figure (nine gaps each) than
-the default three, for a steadier p95.
+the default three, for a steadier p95. ``--concurrency`` sets ``CACHET_WORKER_CONCURRENCY`` of the new side's
+workers (16 by default, as deployed; each running reply holds a database connection, and the embedded Postgres
+takes 100); ``--keep`` leaves the data folders (Daphne's and the workers' logs) in place and says where. An embedded
+Postgres still running once a side's processes have stopped is stopped, and said.
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ import itertools
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -72,6 +86,9 @@ MARKER = re.compile(r"q\d{5}p\d{3}")
 IDLE = re.compile(r'data-state=\\?"idle')
 ERROR_NOTICE = re.compile(r'class=\\?"notice error')
 FILE_LINES = 300
+STOP_PIECES = 900  # a reply to stop: 18 s at 50 pieces a second, stopped long before its end
+STREAM_TIMEOUT = 300.0  # the longest a streaming session's tabs wait for the idle state
+OPEN_TIMEOUT = 60.0  # the longest a tab waits for its socket to open
 
 
 # --- the model server (a process of its own) -----------------------------------------------------------------
@@ -119,8 +136,19 @@ def serve_model(port_file: Path) -> None:
                     pieces.setdefault(marker, now)
 
     def stream(self: Any, answer: Any) -> None:
-        plain_stream(self, answer)
-        local.entry["finished"] = time.monotonic()
+        entry = local.entry
+        done = threading.Event()
+        if entry["kind"] == "stop":
+            threading.Thread(target=_watch_close, args=(self.connection, entry, lock, done), daemon=True).start()
+        try:
+            plain_stream(self, answer)
+        except Exception:
+            with lock:
+                entry.setdefault("write_failed", time.monotonic())
+            raise
+        finally:
+            done.set()
+        entry["finished"] = time.monotonic()
 
     def get(self: Any) -> None:
         if self._path() == "/bench/times":
@@ -140,6 +168,28 @@ def serve_model(port_file: Path) -> None:
         threading.Event().wait()  # until terminated
 
 
+def _watch_close(connection: socket.socket, entry: dict[str, Any], lock: threading.Lock, done: threading.Event) -> None:
+    """Note in ``entry["closed"]`` the moment the client closes the connection of a streamed answer (the
+    client sends nothing more once its request is written: the socket turns readable only at its end)."""
+    poller = select.poll()
+    poller.register(connection.fileno(), select.POLLIN | select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+    while not done.is_set():
+        if not poller.poll(50):
+            continue
+        now = time.monotonic()
+        try:
+            data = connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            continue
+        except OSError:
+            data = b""
+        if not data:
+            with lock:
+                entry.setdefault("closed", now)
+            return
+        done.wait(0.05)  # the client wrote something: look again later
+
+
 def _step_for(scripted: Any, body: bytes, number: int, entry: dict[str, Any]) -> Any:
     try:
         messages = json.loads(body)["messages"]
@@ -147,6 +197,10 @@ def _step_for(scripted: Any, body: bytes, number: int, entry: dict[str, Any]) ->
         return scripted.Step(text="?")
     last_user = max((i for i, message in enumerate(messages) if message.get("role") == "user"), default=0)
     words = json.dumps(messages[last_user].get("content"))
+    if "BENCH-STOP" in words:
+        entry["kind"] = "stop"
+        text = " ".join(f"q{number:05d}p{k:03d}" for k in range(STOP_PIECES))
+        return scripted.Step(text=text, chunk_size=11, delay=PIECE_DELAY)
     if "BENCH-STREAM" in words:
         entry["kind"] = "stream"
         text = " ".join(f"q{number:05d}p{k:03d}" for k in range(PIECES))
@@ -355,7 +409,8 @@ class Tab:
 
     @classmethod
     async def open(cls, port: int, path: str, cookie: str) -> Tab:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**26)
+        async with asyncio.timeout(OPEN_TIMEOUT):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**26)
         key = base64.b64encode(os.urandom(16)).decode()
         writer.write(
             (
@@ -364,7 +419,12 @@ class Tab:
                 f"Cookie: sessionid={cookie}\r\n\r\n"
             ).encode()
         )
-        head = await reader.readuntil(b"\r\n\r\n")
+        try:
+            async with asyncio.timeout(OPEN_TIMEOUT):
+                head = await reader.readuntil(b"\r\n\r\n")
+        except BaseException:
+            writer.close()
+            raise
         if b" 101 " not in head.split(b"\r\n", 1)[0]:
             writer.close()
             raise Closed(None)
@@ -453,12 +513,13 @@ class Side:
     data: Path
     model_url: str
     env: dict[str, str] = field(default_factory=dict)
-    layer_env: dict[str, str] = field(default_factory=dict)  # the channel layer's variables (``--layer``)
-    port: int = 0
-    process: subprocess.Popen[bytes] | None = None
+    layer_env: dict[str, str] = field(default_factory=dict)  # the new side's own (``--layer``, ``--concurrency``)
+    ports: list[int] = field(default_factory=list)  # of the web processes, web 0 first
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)  # the Daphne processes
     built: dict[str, Any] = field(default_factory=dict)
     worker_count: int = 1
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    web_count: int = 1  # Daphne processes (``--webs``), all on the side's one data folder and channel layer
 
     def __post_init__(self) -> None:
         self.env = {
@@ -504,23 +565,29 @@ class Side:
         self.built = json.loads(done.stdout.strip().splitlines()[-1])
 
     def start(self) -> None:
-        self.port = _free_port()
-        with (self.data / "daphne.log").open("wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "cachet.asgi:application"],
-                cwd=self.tree,
-                env=self.env,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{self.port}/login/", timeout=5).status_code < 500:
-                    self._start_workers()
-                    return
-            time.sleep(0.2)
-        raise SystemExit(f"{self.name}: Daphne did not answer; see {self.data / 'daphne.log'}")
+        for number in range(self.web_count):
+            port = _free_port()
+            with (self.data / f"daphne-{number}.log").open("wb") as log:
+                self.processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "cachet.asgi:application"],
+                        cwd=self.tree,
+                        env=self.env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=log,
+                    )
+                )
+            self.ports.append(port)
+        for number, port in enumerate(self.ports):
+            deadline = time.monotonic() + 60
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"http://127.0.0.1:{port}/login/", timeout=5).status_code < 500:
+                        break
+                if time.monotonic() > deadline or self.processes[number].poll() is not None:
+                    raise SystemExit(f"{self.name}: Daphne did not answer; see {self.data / f'daphne-{number}.log'}")
+                time.sleep(0.2)
+        self._start_workers()
 
     def _start_workers(self) -> None:
         """Where replies run in workers (a tree with ``chat/worker.py``): ``worker_count`` of them, as deployed."""
@@ -544,29 +611,66 @@ class Side:
         """The CPU seconds the side's workers have used (0 where replies run in Daphne)."""
         return sum(_cpu_seconds(worker.pid) for worker in self.workers)
 
+    def web_cpu(self) -> float:
+        """The CPU seconds the side's web processes have used, all of them."""
+        return sum(_cpu_seconds(process.pid) for process in self.processes)
+
     def stop(self) -> None:
         for worker in self.workers:
             worker.send_signal(signal.SIGTERM)
-        for worker in self.workers:
+        for number, worker in enumerate(self.workers):
             try:
                 worker.wait(30)
             except subprocess.TimeoutExpired:
+                print(f"  {self.name}: worker {number} had not stopped 30 s after SIGTERM; killed", flush=True)
                 worker.kill()
                 worker.wait()
         self.workers = []
-        if self.process is not None:
-            self.process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            process.send_signal(signal.SIGTERM)
+        for number, process in enumerate(self.processes):
             try:
-                self.process.wait(20)
+                process.wait(20)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-            self.process = None
+                print(f"  {self.name}: web {number} had not stopped 20 s after SIGTERM; killed", flush=True)
+                process.kill()
+                process.wait()
+        self.processes, self.ports = [], []
+        self._stop_stray_postgres()
+
+    def _stop_stray_postgres(self) -> None:
+        """Stop an embedded Postgres that outlived every process of the side. The last process to exit stops it
+        (pgserver's atexit), but a web process's channel layer, losing its connection at that moment, has been
+        seen to start it again on its way out; it would go on running on a deleted folder after the run."""
+        pid_file = self.data / "pg" / "postmaster.pid"
+        try:
+            pid = int(pid_file.read_text().split()[0])
+            if str(self.data / "pg").encode() not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return  # not this folder's server (the number was used again)
+        except (OSError, ValueError, IndexError):
+            return
+        print(f"  {self.name}: the embedded Postgres (pid {pid}) outlived the side's processes; stopping it")
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGINT)  # Postgres's fast shutdown
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return
+            time.sleep(0.1)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+    @property
+    def port(self) -> int:
+        """Web 0's port: pages, sockets and gaps are measured there."""
+        return self.ports[0]
 
     @property
     def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
+        """Web 0's process."""
+        return self.processes[0].pid
 
     @property
     def cookie(self) -> str:
@@ -681,8 +785,9 @@ async def _model_times(model_port: int) -> dict[str, Any]:
         return result
 
 
-async def _open_synced(side: Side, session_id: int) -> Tab:
-    tab = await Tab.open(side.port, f"/ws/sessions/{session_id}/", side.cookie)
+async def _open_synced(side: Side, session_id: int, web: int = 0) -> Tab:
+    """A tab of the session on web process ``web``, once it is in sync."""
+    tab = await Tab.open(side.ports[web], f"/ws/sessions/{session_id}/", side.cookie)
     if side.new:
         tab.send({"type": "hello", "rev": 0, "first": 0, "bar": 0})
         ok = await tab.until(_synced, timeout=300)
@@ -715,7 +820,7 @@ async def measure_gap(
     gaps: list[float] = []
     starts: list[float] = []
     ok = True
-    cpu_before, worker_cpu_before = _cpu_seconds(side.pid), side.worker_cpu()
+    cpu_before, worker_cpu_before = side.web_cpu(), side.worker_cpu()
     for _ in range(turns):
         await _model_times(model_port)
         sent = time.monotonic()
@@ -742,7 +847,7 @@ async def measure_gap(
         )
     if tab is not None:
         await tab.close()
-    cpu = _cpu_seconds(side.pid) - cpu_before  # with ``ask`` the steps run elsewhere: not counted
+    cpu = side.web_cpu() - cpu_before  # with ``ask`` the steps run elsewhere: not counted
     worker_cpu = side.worker_cpu() - worker_cpu_before
     steps = turns * TOOL_STEPS
     return GapFigure(
@@ -765,62 +870,188 @@ class StreamFigure:
     missing_pieces: int
     seconds: float
     worker_cpu_ms_per_piece: float = float("nan")  # where replies run in workers
+    failures: list[str] = field(default_factory=list)  # what went wrong, session by session
+
+
+@dataclass
+class _Asked:
+    """A streaming session's tabs: the one that sends, and the one measured (another web process's, where the
+    side has several; else the same tab), with where each one's messages after the send begin."""
+
+    session_id: int
+    sender: Tab
+    watcher: Tab
+    webs: tuple[int, int]
+    sent: float = 0.0
+    sender_start: int = 0
+    watcher_start: int = 0
+
+    @property
+    def tabs(self) -> list[Tab]:
+        return [self.sender] if self.watcher is self.sender else [self.sender, self.watcher]
+
+
+def _idle(text: str) -> bool:
+    return bool(IDLE.search(text))
+
+
+async def _open_pair(side: Side, session_id: int, index: int) -> _Asked:
+    webs = len(side.ports)
+    sender = await _open_synced(side, session_id, web=index % webs)
+    if webs == 1:
+        return _Asked(session_id, sender, sender, (0, 0))
+    try:
+        watcher = await _open_synced(side, session_id, web=(index + 1) % webs)
+    except BaseException:
+        await sender.close()
+        raise
+    return _Asked(session_id, sender, watcher, (index % webs, (index + 1) % webs))
+
+
+async def _both_idle(one: _Asked) -> tuple[bool, bool]:
+    """Whether the measured tab, then the sending tab, showed the idle state."""
+    if one.sender is one.watcher:
+        idle = await one.watcher.until(_idle, start=one.watcher_start, timeout=STREAM_TIMEOUT)
+        return idle, idle
+    watcher, sender = await asyncio.gather(
+        one.watcher.until(_idle, start=one.watcher_start, timeout=STREAM_TIMEOUT),
+        one.sender.until(_idle, start=one.sender_start, timeout=STREAM_TIMEOUT),
+    )
+    return watcher, sender
 
 
 async def measure_streaming(side: Side, session_ids: list[int], model_port: int) -> StreamFigure:
-    tabs: list[Tab] = []
+    asked: list[_Asked] = []
+    failures: list[str] = []
     errors = 0
-    for session_id in session_ids:
+    for index, session_id in enumerate(session_ids):
         try:
-            tabs.append(await _open_synced(side, session_id))
-        except (Closed, OSError):
+            asked.append(await _open_pair(side, session_id, index))
+        except (Closed, OSError, TimeoutError) as error:
             errors += 1
+            failures.append(f"session {session_id}: a tab did not open ({error!r})")
     await _model_times(model_port)
-    cpu_before, worker_cpu_before = _cpu_seconds(side.pid), side.worker_cpu()
+    cpu_before, worker_cpu_before = side.web_cpu(), side.worker_cpu()
     started = time.monotonic()
-    starts: list[tuple[float, int]] = []
-    for tab in tabs:
-        starts.append((time.monotonic(), len(tab.got)))
-        tab.send({"type": "send", "text": "BENCH-STREAM: go"})
-    done = await asyncio.gather(
-        *(
-            tab.until(lambda text: bool(IDLE.search(text)), start=start, timeout=300)
-            for tab, (_, start) in zip(tabs, starts, strict=True)
-        )
-    )
+    for one in asked:
+        one.sender_start, one.watcher_start = len(one.sender.got), len(one.watcher.got)
+        one.sent = time.monotonic()
+        one.sender.send({"type": "send", "text": "BENCH-STREAM: go"})
+    done = await asyncio.gather(*(_both_idle(one) for one in asked))
     seconds = time.monotonic() - started
     await asyncio.sleep(0.3)
-    cpu = _cpu_seconds(side.pid) - cpu_before
+    cpu = side.web_cpu() - cpu_before
     worker_cpu = side.worker_cpu() - worker_cpu_before
     times = await _model_times(model_port)
     written: dict[str, float] = times["pieces"]
     first_piece: list[float] = []
     relay: list[float] = []
-    received = 0
-    for tab, (sent, start), finished in zip(tabs, starts, done, strict=True):
+    received = 0  # pieces the measured tabs received
+    delivered = 0  # pieces every tab received (the sending tabs too, where they are others)
+    for one, (watcher_idle, sender_idle) in zip(asked, done, strict=True):
         seen: dict[str, float] = {}
-        failed = not finished or tab.closed is not None
-        for arrived, text in tab.got[start:]:
-            failed = failed or bool(ERROR_NOTICE.search(text))
+        notices: list[str] = []
+        for arrived, text in one.watcher.got[one.watcher_start :]:
+            if ERROR_NOTICE.search(text):
+                notices.append(text[:300])
             for marker in MARKER.findall(text):
                 seen.setdefault(marker, arrived)
-        errors += failed
+        sender_seen: set[str] = set()
+        if one.sender is not one.watcher:
+            for _, text in one.sender.got[one.sender_start :]:
+                if ERROR_NOTICE.search(text):
+                    notices.append(text[:300])
+                sender_seen.update(MARKER.findall(text))
+        failed = not (watcher_idle and sender_idle) or any(tab.closed is not None for tab in one.tabs) or notices
+        if failed:
+            errors += 1
+            failures.append(
+                f"session {one.session_id} (sent on web {one.webs[0]}, watched on web {one.webs[1]}): watcher idle "
+                f"{watcher_idle}, closed {one.watcher.closed}, {len(seen)}/{PIECES} pieces; sender idle "
+                f"{sender_idle}, closed {one.sender.closed}; error notices {notices[:2]}"
+            )
         received += len(seen)
+        delivered += len(seen) + len(sender_seen)
         if seen:
-            first_piece.append((min(seen.values()) - sent) * 1000)
+            first_piece.append((min(seen.values()) - one.sent) * 1000)
         relay.extend((arrived - written[marker]) * 1000 for marker, arrived in seen.items() if marker in written)
-        await tab.close()
+        for tab in one.tabs:
+            await tab.close()
     expected = PIECES * len(session_ids)
     return StreamFigure(
         len(session_ids),
         first_piece,
         relay,
-        cpu * 1000 / max(1, received),
+        cpu * 1000 / max(1, delivered),
         errors,
         expected - received,
         seconds,
         worker_cpu * 1000 / max(1, received) if side.workers else float("nan"),
+        failures=failures,
     )
+
+
+@dataclass
+class StopFigure:
+    closed_ms: list[float]  # from the Stop sent to the model server seeing the reply's connection closed
+    idle_ms: list[float]  # from the Stop sent to the other tab showing the idle state
+    webs: tuple[int, int]  # the web process of the tab that stops, and of the one that sent and watches
+    failures: list[str] = field(default_factory=list)
+
+
+def _arrival(tab: Tab, done: Any, start: int) -> float:
+    """When the first message from index ``start`` on that satisfies ``done`` arrived."""
+    return next(arrived for arrived, text in tab.got[start:] if done(text))
+
+
+async def measure_stop(side: Side, session_ids: list[int], model_port: int, count: int) -> StopFigure:
+    """Stop a streaming reply from a tab on web 0, ``count`` times one after the other: the message sent by a tab
+    on web 1 (a second tab of web 0 where there is one web process), which must then show the idle state."""
+    webs = (0, 1 % len(side.ports))
+    figure = StopFigure([], [], webs)
+    for number in range(count):
+        session_id = session_ids[number % len(session_ids)]
+        try:
+            stopper = await _open_synced(side, session_id, web=webs[0])
+        except (Closed, OSError, TimeoutError) as error:
+            figure.failures.append(f"stop {number}, session {session_id}: a tab did not open ({error!r})")
+            continue
+        try:
+            other = await _open_synced(side, session_id, web=webs[1])
+        except (Closed, OSError, TimeoutError) as error:
+            figure.failures.append(f"stop {number}, session {session_id}: a tab did not open ({error!r})")
+            await stopper.close()
+            continue
+        try:
+            await _model_times(model_port)
+            start = len(other.got)
+            other.send({"type": "send", "text": "BENCH-STOP: go on until stopped"})
+            if not await other.until(lambda text: bool(MARKER.search(text)), start=start, timeout=60):
+                figure.failures.append(f"stop {number}, session {session_id}: the reply never streamed")
+                continue
+            await asyncio.sleep(0.3)
+            start = len(other.got)
+            sent = time.monotonic()
+            stopper.send({"type": "stop"})
+            if not await other.until(_idle, start=start, timeout=30):
+                figure.failures.append(
+                    f"stop {number}, session {session_id}: the other tab never showed the idle state "
+                    f"(closed {other.closed})"
+                )
+                continue
+            figure.idle_ms.append((_arrival(other, _idle, start) - sent) * 1000)
+            await asyncio.sleep(0.2)
+            stops = [r for r in (await _model_times(model_port))["requests"] if r["kind"] == "stop"]
+            if len(stops) != 1 or "closed" not in stops[0]:
+                figure.failures.append(
+                    f"stop {number}, session {session_id}: the model server saw no connection closed ({stops})"
+                )
+                continue
+            figure.closed_ms.append((stops[0]["closed"] - sent) * 1000)
+        finally:
+            await stopper.close()
+            await other.close()
+    return figure
 
 
 # --- the run ---------------------------------------------------------------------------------------------------------
@@ -834,6 +1065,7 @@ class SideFigures:
     gap: GapFigure | None = None
     gap_slow: GapFigure | None = None
     streams: dict[int, StreamFigure] = field(default_factory=dict)
+    stop: StopFigure | None = None
     read_ms: float = 0.0
     build_ms: dict[int, float] = field(default_factory=dict)
     queries_per_step: float = float("nan")
@@ -905,7 +1137,9 @@ def _profiled(side: Side, name: str) -> Iterator[None]:
 PROFILE_DIR: Path | None = None
 
 
-def run_side(side: Side, sizes: list[int], streams: list[int], gap_turns: int, model_port: int) -> SideFigures:
+def run_side(
+    side: Side, sizes: list[int], streams: list[int], gap_turns: int, model_port: int, stops: int = 0
+) -> SideFigures:
     figures = SideFigures(
         read_ms=float(side.built.get("read_ms", 0.0)),
         build_ms={int(size): float(ms) for size, ms in side.built.get("build_ms", {}).items()},
@@ -961,10 +1195,28 @@ def run_side(side: Side, sizes: list[int], streams: list[int], gap_turns: int, m
                 f"  {side.name} {count} streaming: first piece p50 {_pct(got_stream.first_piece_ms, 0.5):.0f} ms "
                 f"p99 {_pct(got_stream.first_piece_ms, 0.99):.0f} ms, relay p50 "
                 f"{_pct(got_stream.relay_ms, 0.5):.0f} ms p99 {_pct(got_stream.relay_ms, 0.99):.0f} ms, "
-                f"{got_stream.cpu_ms_per_piece:.2f} CPU ms/piece, errors {got_stream.errors}, missing pieces "
+                f"Daphne {got_stream.cpu_ms_per_piece:.2f} CPU ms/piece ({len(side.ports)} web), worker "
+                f"{got_stream.worker_cpu_ms_per_piece:.2f}, errors {got_stream.errors}, missing pieces "
                 f"{got_stream.missing_pieces}, {got_stream.seconds:.1f}s",
                 flush=True,
             )
+            for failure in got_stream.failures[:20]:
+                print(f"    failed: {failure}", flush=True)
+            if len(got_stream.failures) > 20:
+                print(f"    … and {len(got_stream.failures) - 20} more", flush=True)
+        if side.new and stops:
+            ids = [int(i) for i in side.built["streaming"]]
+            figures.stop = got_stop = asyncio.run(measure_stop(side, ids, model_port, stops))
+            print(
+                f"  {side.name} stop (from web {got_stop.webs[0]}, watched on web {got_stop.webs[1]}): model "
+                f"connection closed p50 {_pct(got_stop.closed_ms, 0.5):.0f} ms p95 "
+                f"{_pct(got_stop.closed_ms, 0.95):.0f} ms, idle on the other tab p50 "
+                f"{_pct(got_stop.idle_ms, 0.5):.0f} ms p95 {_pct(got_stop.idle_ms, 0.95):.0f} ms "
+                f"(n={len(got_stop.closed_ms)}/{stops}), errors {len(got_stop.failures)}",
+                flush=True,
+            )
+            for failure in got_stop.failures:
+                print(f"    failed: {failure}", flush=True)
     finally:
         side.stop()
     return figures
@@ -978,6 +1230,8 @@ def _again(values: list[float]) -> float:
 def _ms(value: float) -> str:
     if value != value:  # nan
         return "—"
+    if value < 1:
+        return f"{value:.2f} ms"
     return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"
 
 
@@ -1066,7 +1320,7 @@ def report(results: dict[str, SideFigures], sizes: list[int], streams: list[int]
             ("first piece p99", _pct(fo.first_piece_ms, 0.99), _pct(fn.first_piece_ms, 0.99)),
             ("relay p50", _pct(fo.relay_ms, 0.5), _pct(fn.relay_ms, 0.5)),
             ("relay p99", _pct(fo.relay_ms, 0.99), _pct(fn.relay_ms, 0.99)),
-            ("Daphne CPU per piece", fo.cpu_ms_per_piece, fn.cpu_ms_per_piece),
+            ("Daphne CPU per piece (all web processes, per piece a tab got)", fo.cpu_ms_per_piece, fn.cpu_ms_per_piece),
             ("worker CPU per piece", fo.worker_cpu_ms_per_piece, fn.worker_cpu_ms_per_piece),
         ]
         for label, vo, vn in rows:
@@ -1076,6 +1330,14 @@ def report(results: dict[str, SideFigures], sizes: list[int], streams: list[int]
             f"{so.errors} ({so.missing_pieces})" if so else "—",
             f"{sn.errors} ({sn.missing_pieces})" if sn else "—",
         )
+    if new.stop is not None:
+        stop = new.stop
+        where = f"tab on web {stop.webs[0]}, reply watched on web {stop.webs[1]}"
+        for label, q in (("p50", 0.5), ("p95", 0.95)):
+            _row(f"Stop ({where}) → model connection closed, {label}", "—", _ms(_pct(stop.closed_ms, q)))
+        for label, q in (("p50", 0.5), ("p95", 0.95)):
+            _row(f"Stop ({where}) → idle state on the other tab, {label}", "—", _ms(_pct(stop.idle_ms, q)))
+        _row("Stop: timed, failed", "—", f"{len(stop.closed_ms)}, {len(stop.failures)}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -1095,6 +1357,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--workers", type=int, default=1, help="worker processes of the new side (manage.py worker), 1 by default"
     )
+    parser.add_argument(
+        "--webs",
+        type=int,
+        default=1,
+        help="web (Daphne) processes of the new side, 1 by default; with more, each streaming session's measured "
+        "tab is on another web process than the tab that sends",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, help="CACHET_WORKER_CONCURRENCY of the new side's workers (16 as deployed)"
+    )
+    parser.add_argument(
+        "--stops",
+        type=int,
+        default=20,
+        help="Stops of a streaming reply timed on the new side (0: none), 20 by default",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the data folders and their logs, and say where")
     parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--model-server", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1104,6 +1383,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.model_server:
         serve_model(args.model_server)
         return
+    if args.webs < 1 or args.workers < 1:
+        parser.error("--webs and --workers are at least 1")
+    if args.webs > 1 and args.layer == "memory":
+        parser.error("--layer memory stays inside one process: it cannot relay between web processes")
     global PROFILE_DIR
     PROFILE_DIR = args.profile
     if PROFILE_DIR is not None:
@@ -1135,6 +1418,8 @@ def main(argv: list[str] | None = None) -> None:
                 redis = claim_database()
                 stack.callback(redis.release)
                 layer_env = {"REDIS_URL": redis.url}
+            if args.concurrency:
+                layer_env["CACHET_WORKER_CONCURRENCY"] = str(args.concurrency)
             sides = [
                 Side(
                     name,
@@ -1143,6 +1428,7 @@ def main(argv: list[str] | None = None) -> None:
                     model_url,
                     layer_env=layer_env if name == "new" else {},
                     worker_count=args.workers,
+                    web_count=args.webs if name == "new" else 1,
                 )
                 for name in names
             ]
@@ -1155,10 +1441,13 @@ def main(argv: list[str] | None = None) -> None:
                 flush=True,
             )
             for side in sides:
-                results[side.name] = run_side(side, sizes, streams, gap_turns, model_port)
+                results[side.name] = run_side(side, sizes, streams, gap_turns, model_port, args.stops)
         report(results, sizes, streams)
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if args.keep:
+            print(f"the data folders (Daphne's and the workers' logs) are kept in {base}", flush=True)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
