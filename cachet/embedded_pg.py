@@ -4,6 +4,7 @@ again by the next connection when it has stopped."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import logging
@@ -21,6 +22,18 @@ USER = "postgres"
 
 _lock = threading.Lock()
 _servers: dict[Path, Any] = {}
+
+
+@dataclass
+class _Process:
+    exiting: bool = False  # this process is exiting: its server may be stopping, and is not started again
+
+
+_process = _Process()
+
+
+def _exiting() -> None:
+    _process.exiting = True
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,8 @@ def embedded_server(data_dir: Path, *, check: bool = True) -> EmbeddedServer:
         elif not check:
             return _address(server)
         elif not _running(pgdata):
+            if _process.exiting:  # the last process out stops the server; a thread still connecting must not restart it
+                raise RuntimeError(f"the embedded Postgres in {pgdata} has stopped as this process exits")
             logger.warning("the embedded Postgres in %s has stopped; starting it again", pgdata)
             with server._lock:
                 server.ensure_postgres_running()
@@ -107,6 +122,7 @@ def _start(data_dir: Path, pgdata: Path) -> Any:
         pgdata.mkdir(parents=True, exist_ok=True)
         logger.debug("starting the embedded Postgres in %s", pgdata)
         server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        atexit.register(_exiting)  # after pgserver's own: handlers run last in, first out, so this one first
         _ensure_database(_address(server))
     return server
 

@@ -40,6 +40,7 @@ POLL_SECONDS = 2.0  # a job whose notification was lost waits at most this long
 SHUTDOWN_SECONDS = 10.0  # a stopping worker lets running replies end this long, then stops them
 HEARTBEAT_SECONDS = 2.0
 STALLED_SECONDS = 6.0  # a worker silent this long is dead: its jobs are failed, its sessions' next jobs go on
+OWN_CONNECTIONS = 8  # a worker's own: the queue's pool, the channel layer's, the sweep's, and some to spare
 WORKER_APPLICATION = "cachet-worker"  # the application_name of a worker's connections to Postgres
 
 
@@ -103,6 +104,23 @@ def queue_connector(*, application_name: str = WORKER_APPLICATION) -> PsycopgCon
     params = connector_params()
     connection.close()
     return PsycopgConnector(kwargs={**params, "application_name": application_name}, min_size=1, max_size=4)
+
+
+def connection_room() -> int:
+    """How many more connections Postgres accepts now (each reply a worker runs holds one)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int"
+            " - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def concurrency_within(asked: int, *, room: int) -> int:
+    """The replies a worker may run at once when Postgres has ``room`` connections left: beyond them, replies
+    would fail for want of one ("too many clients")."""
+    return max(1, min(asked, room - OWN_CONNECTIONS))
 
 
 def worker_alive() -> bool:

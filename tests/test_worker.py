@@ -17,6 +17,7 @@ import pytest_asyncio
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import connection
 
 from cachet.redis_layer import RedisPubSubLayer, channel_prefix
 from chat import worker
@@ -180,3 +181,14 @@ async def test_a_worker_killed_mid_reply_is_noticed_and_the_session_goes_on(
     finally:
         for process in workers:
             process.stop()
+
+
+def test_a_worker_runs_no_more_replies_at_once_than_postgres_has_connections_for() -> None:
+    room = worker.connection_room()
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW max_connections")
+        row = cursor.fetchone()
+    assert row is not None and 0 < room < int(row[0]), "the connections in use are counted"
+    assert worker.concurrency_within(16, room=100) == 16
+    assert worker.concurrency_within(100, room=63) == 63 - worker.OWN_CONNECTIONS
+    assert worker.concurrency_within(16, room=3) == 1, "one reply at least"

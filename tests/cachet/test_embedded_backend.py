@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,6 +124,30 @@ def test_migrate_starts_the_embedded_postgres_and_a_stopped_one_starts_again(dat
     )
     before, after = restart.stdout.split()
     assert before != after
+    # The last process out stops the server; a thread of it still connecting (the channel layer's, say) does not
+    # start it again on the way out (that left a Postgres running after every process had exited).
+    _run(
+        data,
+        "-c",
+        "import django, threading, time; django.setup()\n"
+        "from django.db import connection, connections\n"
+        "connection.ensure_connection()\n"
+        "def connecting():\n"
+        "    while True:\n"
+        "        try:\n"
+        "            connections['default'].close()\n"
+        "            connections['default'].ensure_connection()\n"
+        "        except Exception:\n"
+        "            pass\n"
+        "        time.sleep(0.001)\n"
+        "threading.Thread(target=connecting, daemon=True).start()\n"
+        "time.sleep(0.2)\n",
+        timeout=40,  # it took 75 s, restarting the server and waiting for it to stop
+    )
+    deadline = time.monotonic() + 10
+    while _postgres_on(data) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _postgres_on(data), "a Postgres was left running on the data folder"
 
 
 def test_processes_that_start_at_once_share_one_server_and_one_database(data: Path) -> None:

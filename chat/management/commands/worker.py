@@ -38,6 +38,14 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"The database lacks {len(unapplied)} migration(s): run manage.py migrate (serve does) first."
                 )
+            room = worker.connection_room()
+            allowed = worker.concurrency_within(concurrency, room=room)
+            if allowed < concurrency:
+                self.stdout.write(
+                    f"Postgres has room for {room} more connections: this worker runs at most {allowed} replies at "
+                    f"once, not {concurrency} (raise Postgres's max_connections to run more)."
+                )
+                concurrency = allowed
             connector = worker.queue_connector()
             asyncio.run(self._work(connector, concurrency))
         except KeyboardInterrupt:
