@@ -192,11 +192,15 @@ def check_request(
     messages: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]],
     promised_messages: int,
+    previous_messages: Sequence[dict[str, Any]] | None = None,
+    previous_tools: Sequence[dict[str, Any]] = (),
     harness_break: bool,
     reported_cached: int | None,
 ) -> CacheCheck | None:
     """Ask the server how it renders this request and the previous one, and judge the cache use;
-    ``None`` where there is no previous request or the server offers no template or tokenizer."""
+    ``None`` where there is no previous request or the server offers no template or tokenizer.
+    ``previous_messages`` and ``previous_tools``: those of ``previous_body``, where the caller has them (else
+    they are read from it)."""
     if not previous_body:
         return None
     try:
@@ -207,10 +211,11 @@ def check_request(
         )
         if now is None:
             return None
-        previous = _messages_and_tools(previous_body)
-        if previous is None:
-            return None
-        previous_messages, previous_tools = previous
+        if previous_messages is None:
+            previous = _messages_and_tools(previous_body)
+            if previous is None:
+                return None
+            previous_messages, previous_tools = previous
         before = server_api.rendered_prompt(
             base_url,
             previous_messages,

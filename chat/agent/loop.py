@@ -173,6 +173,7 @@ class _Answered:
     completion: Completion
     built: BuiltRequest
     previous_body: bytes
+    previous_built: BuiltRequest | None  # the request sent before, where its bytes are ``previous_body``
 
 
 @dataclass
@@ -212,6 +213,7 @@ class ReplyLoop:
         self.requests: list[ModelRequest] = []
         self._given_model = model
         self._previous: PreviousRequest | None = None
+        self._last_built: BuiltRequest | None = None  # the last request this loop sent whole
         self._builder: RequestBuilder | None = None
         self._history: RequestBuilder | None = None  # the next turn's history, read for the compaction check
         self._open: Turn | None = None
@@ -521,7 +523,9 @@ class ReplyLoop:
         assert completion is not None, "a stream that ends without an error has its completion"
         if self._counter is not None:
             self._counter.learned(built.body, completion.prompt_tokens)
-        answered = _Answered(request, completion, built, previous_body)
+        previous_built = self._last_built if self._last_built and self._last_built.body == previous_body else None
+        self._last_built = built
+        answered = _Answered(request, completion, built, previous_body, previous_built)
         if hold:
             self._held.append(answered)
         else:
@@ -531,7 +535,7 @@ class ReplyLoop:
     def _answered(self, answered: _Answered, *, wait_for_disk: bool = False) -> Iterator[ReplyEvent]:
         request = answered.request
         _finish(request, answered.completion, wait_for_disk=wait_for_disk)
-        self._check_cache(request, answered.built, answered.previous_body)
+        self._check_cache(request, answered.built, answered.previous_body, answered.previous_built)
         yield RequestFinished(request)
 
     def _release(self, *, flush: bool = False) -> Iterator[ReplyEvent]:
@@ -563,7 +567,9 @@ class ReplyLoop:
                 except Exception:
                     logger.exception("session %s: could not record request %s", self.session.pk, item.request.pk)
 
-    def _check_cache(self, request: ModelRequest, built: BuiltRequest, previous_body: bytes) -> None:
+    def _check_cache(
+        self, request: ModelRequest, built: BuiltRequest, previous_body: bytes, previous_built: BuiltRequest | None
+    ) -> None:
         """After the answer, beside the reply: what the request should have found cached, and why the server
         reused less."""
         if self._given_model is not None or request.break_cause in _NOTHING_TO_CHECK:
@@ -580,6 +586,8 @@ class ReplyLoop:
             body=built.body,
             messages=built.messages,
             tools=built.tools,
+            previous_messages=previous_built.messages if previous_built is not None else None,
+            previous_tools=previous_built.tools if previous_built is not None else (),
             promised_messages=promised,
             harness_break=request.break_cause == BreakCause.UNEXPECTED,
             reported_cached=request.cached_tokens,

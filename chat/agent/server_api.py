@@ -118,17 +118,27 @@ DISCONNECTED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 def _call(
-    base_url: str, path: str, *, api_key: str | None, payload: dict[str, Any] | None, timeout: float
+    base_url: str,
+    path: str,
+    *,
+    api_key: str | None,
+    payload: dict[str, Any] | None,
+    timeout: float,
+    content: bytes | None = None,
 ) -> Any | None:
+    """The server's JSON answer at ``path`` (GET, or POST of ``payload``, or of ``content``: JSON already encoded);
+    ``None`` where the server does not offer it."""
     root = server_root(base_url)
     if _known_unoffered(root, path):
         return None
     headers = {"Accept": "application/json"}
+    if content is not None:
+        headers["Content-Type"] = "application/json"
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     url = root + path
     try:
-        response = _ask(url, headers=headers, payload=payload, timeout=timeout)
+        response = _ask(url, headers=headers, payload=payload, content=content, timeout=timeout)
     except httpx.HTTPError as error:
         raise ServerAPIError(f"Cannot ask {url}: {error.__class__.__name__}: {error}") from error
     if response.status_code in NOT_OFFERED_STATUSES:
@@ -145,13 +155,15 @@ def _call(
         return None
 
 
-def _ask(url: str, *, headers: dict[str, str], payload: dict[str, Any] | None, timeout: float) -> httpx.Response:
+def _ask(
+    url: str, *, headers: dict[str, str], payload: dict[str, Any] | None, content: bytes | None, timeout: float
+) -> httpx.Response:
     client = shared_client()
-    method = "GET" if payload is None else "POST"
+    method = "GET" if payload is None and content is None else "POST"
     try:
-        return client.request(method, url, json=payload, headers=headers, timeout=timeout)
+        return client.request(method, url, json=payload, content=content, headers=headers, timeout=timeout)
     except DISCONNECTED:
-        return client.request(method, url, json=payload, headers=headers, timeout=timeout)
+        return client.request(method, url, json=payload, content=content, headers=headers, timeout=timeout)
 
 
 def _positive_int(value: object) -> int | None:
@@ -193,14 +205,20 @@ def apply_template(
     messages: Sequence[dict[str, Any]],
     *,
     tools: Sequence[dict[str, Any]] | None = None,
+    body: bytes | None = None,
     api_key: str | None = None,
     timeout: float = TIMEOUT,
 ) -> str | None:
-    """The prompt text the server's chat template makes of ``messages`` (and ``tools``), generation prompt added."""
-    payload: dict[str, Any] = {"messages": list(messages)}
-    if tools:
-        payload["tools"] = list(tools)
-    data = _call(base_url, "/apply-template", api_key=api_key, payload=payload, timeout=timeout)
+    """The prompt text the server's chat template makes of ``messages`` (and ``tools``), generation prompt added.
+    With ``body``, the chat request's own bytes are sent as they are (the server reads the same fields from it,
+    and encoding a long conversation again cost more than the rest of the check)."""
+    if body is not None:
+        data = _call(base_url, "/apply-template", api_key=api_key, payload=None, content=body, timeout=timeout)
+    else:
+        payload: dict[str, Any] = {"messages": list(messages)}
+        if tools:
+            payload["tools"] = list(tools)
+        data = _call(base_url, "/apply-template", api_key=api_key, payload=payload, timeout=timeout)
     prompt = data.get("prompt") if isinstance(data, dict) else None
     return prompt if isinstance(prompt, str) else None
 
@@ -259,9 +277,9 @@ def rendered_prompt(
             kept = _kept_prompts.get(key)
         if kept is not None:
             return kept
-        return _render(base_url, messages, tools=tools, api_key=api_key, timeout=timeout)
+        return _render(base_url, messages, tools=tools, body=body, api_key=api_key, timeout=timeout)
     try:
-        answer = _render(base_url, messages, tools=tools, api_key=api_key, timeout=timeout)
+        answer = _render(base_url, messages, tools=tools, body=body, api_key=api_key, timeout=timeout)
         if answer is not None:
             with _kept_prompts_lock:
                 _kept_prompts[key] = answer
@@ -279,10 +297,11 @@ def _render(
     messages: Sequence[dict[str, Any]],
     *,
     tools: Sequence[dict[str, Any]] | None,
+    body: bytes | None,
     api_key: str | None,
     timeout: float,
 ) -> RenderedPrompt | None:
-    prompt = apply_template(base_url, messages, tools=tools, api_key=api_key, timeout=timeout)
+    prompt = apply_template(base_url, messages, tools=tools, body=body, api_key=api_key, timeout=timeout)
     if prompt is None:
         return None
     tokens = tokenize(base_url, prompt, add_special=True, api_key=api_key, timeout=timeout)

@@ -46,6 +46,25 @@ def test_tokenize_and_apply_template_agree_with_the_server(llama: LlamaServer) -
     assert server_api.prompt_tokens(llama.base_url, messages) == tuple(with_bos)
 
 
+def test_a_chat_request_s_own_bytes_render_as_its_messages_and_tools_do(llama: LlamaServer) -> None:
+    """The cache check sends the request's bytes as they are (no encoding of a long conversation again): the
+    server reads the same messages and tools from them, beside the chat fields it ignores here."""
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}]
+    body = json.dumps(
+        {
+            "model": "tiny",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "tools": tools,
+            "messages": messages,
+        }
+    ).encode()
+    from_body = server_api.apply_template(llama.base_url, messages, tools=tools, body=body)
+    assert from_body is not None
+    assert from_body == server_api.apply_template(llama.base_url, messages, tools=tools)
+
+
 class _Plain(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.send_response(404)
