@@ -194,10 +194,9 @@ def tokenize(
     payload = {"content": text, "add_special": add_special}
     data = _call(base_url, "/tokenize", api_key=api_key, payload=payload, timeout=timeout)
     tokens = data.get("tokens") if isinstance(data, dict) else None
-    if not isinstance(tokens, list):
+    if not isinstance(tokens, list) or not set(map(type, tokens)) <= {int}:  # a third of a filter's time
         return None
-    ids = [token for token in tokens if isinstance(token, int) and not isinstance(token, bool)]
-    return ids if len(ids) == len(tokens) else None
+    return tokens
 
 
 def apply_template(
