@@ -36,12 +36,15 @@ pieces all tabs received (both tabs of a session count). The old side is one pro
 
     .venv/bin/python bench/web.py [--quick] [--sides old,new] [--sizes 1000] [--streams 1] [--gap-turns 10]
         [--layer postgres|memory|redis] [--workers N] [--webs M] [--concurrency N] [--stops 20] [--keep]
+        [--profile DIR [--profile-running]]
 
 ``--quick`` uses sessions of 10 and 100 turns and 1, 10 and 50 sessions streaming (a few minutes); ``--sizes``
 and ``--streams`` choose them; ``--gap-turns`` asks for more ten-step turns per gap figure (nine gaps each) than
 the default three, for a steadier p95. ``--concurrency`` sets ``CACHET_WORKER_CONCURRENCY`` of the new side's
 workers (16 by default, as deployed; each running reply holds a database connection, and the embedded Postgres
-takes 100); ``--keep`` leaves the data folders (Daphne's and the workers' logs) in place and says where. An embedded
+takes 100); ``--keep`` leaves the data folders (Daphne's and the workers' logs) in place and says where. ``--profile
+DIR`` samples web 0 and each worker with py-spy during each page, the (fast) gap and each streaming figure, into
+DIR's collapsed stacks, which ``bench/profile_summary.py`` sums up. An embedded
 Postgres still running once a side's processes have stopped is stopped, and said.
 """
 
@@ -355,9 +358,22 @@ def build(spec_file: Path) -> None:
             request_selectors.build_request(session, current=None, model_name="bench")
             took.append(time.perf_counter() - started)
         build_ms[size] = statistics.median(took) * 1000
+    # The read tool's own time with the gap's arguments (100 lines from an offset), the context made once per
+    # reply as the loop makes it: what the gap holds of the tool itself.
+    gap_reads: list[float] = []
+    if new_api and sized:
+        session = models.ChatSession.objects.get(pk=sized[str(spec["sizes"][-1])])
+        context = workspace_module.tool_context(session, table=[])
+        for _ in range(20):
+            for done in range(TOOL_STEPS - 1):
+                arguments = json.dumps({"path": f"src/f{done % 3}.py", "offset": 1 + 20 * done, "limit": 100})
+                started = time.perf_counter()
+                tools.call_tool("read", arguments, context)
+                gap_reads.append(time.perf_counter() - started)
     print(
         json.dumps(
             {
+                "gap_read_ms": [seconds * 1000 for seconds in gap_reads],
                 "cookie": client.cookies["sessionid"].value,
                 "sized": sized,
                 "streaming": streaming,
@@ -1067,6 +1083,7 @@ class SideFigures:
     streams: dict[int, StreamFigure] = field(default_factory=dict)
     stop: StopFigure | None = None
     read_ms: float = 0.0
+    gap_read_ms: list[float] = field(default_factory=list)  # the read tool with the gap's arguments, in-process
     build_ms: dict[int, float] = field(default_factory=dict)
     queries_per_step: float = float("nan")
 
@@ -1115,26 +1132,39 @@ def _model_server(base: Path) -> Iterator[int]:
 
 @contextlib.contextmanager
 def _profiled(side: Side, name: str) -> Iterator[None]:
-    """With ``--profile DIR``: py-spy samples Daphne meanwhile, into DIR/SIDE-NAME.txt (collapsed stacks)."""
+    """With ``--profile DIR``: py-spy samples Daphne (web 0) meanwhile, into DIR/SIDE-NAME.txt (collapsed stacks),
+    and each worker of the side, into DIR/SIDE-NAME-worker-N.txt: the thread holding the GIL (CPU spent in Python;
+    a thread waiting on a socket or a lock without the GIL is not sampled), or with ``--profile-running`` every
+    thread the system shows running (py-spy's idle threads left out)."""
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if PROFILE_DIR is None or spy is None:
         yield
         return
-    out = PROFILE_DIR / f"{side.name}-{name}.txt"
-    process = subprocess.Popen(
-        [spy, "record", "--pid", str(side.pid), "--format", "raw", "--gil", "--rate", "200", "-o", str(out)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    targets = [(side.pid, PROFILE_DIR / f"{side.name}-{name}.txt")]
+    targets += [
+        (worker.pid, PROFILE_DIR / f"{side.name}-{name}-worker-{number}.txt")
+        for number, worker in enumerate(side.workers)
+    ]
+    processes = [
+        subprocess.Popen(
+            [spy, "record", "--pid", str(pid), "--format", "raw", *PROFILE_FLAGS, "--rate", "200", "-o", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for pid, out in targets
+    ]
     time.sleep(1)
     try:
         yield
     finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(30)
+        for process in processes:
+            process.send_signal(signal.SIGINT)
+        for process in processes:
+            process.wait(30)
 
 
 PROFILE_DIR: Path | None = None
+PROFILE_FLAGS: list[str] = ["--gil"]  # only the thread holding the GIL; none with ``--profile-running``
 
 
 def run_side(
@@ -1142,6 +1172,7 @@ def run_side(
 ) -> SideFigures:
     figures = SideFigures(
         read_ms=float(side.built.get("read_ms", 0.0)),
+        gap_read_ms=[float(ms) for ms in side.built.get("gap_read_ms", [])],
         build_ms={int(size): float(ms) for size, ms in side.built.get("build_ms", {}).items()},
         queries_per_step=float(side.built.get("queries_per_step", float("nan"))),
     )
@@ -1305,6 +1336,12 @@ def report(results: dict[str, SideFigures], sizes: list[int], streams: list[int]
         vn = _pct(new.gap_slow.gaps_ms, q) if new.gap_slow else nan
         _row(f"gap, tool calls written over about 0.2 s, {label}", _ms(vo), _ms(vn), _ratio(vo, vn))
     _row("of which the read tool's own time, median", _ms(old.read_ms), _ms(new.read_ms))
+    for label, q in (("p50", 0.5), ("p95", 0.95)):
+        _row(
+            f"the read tool with the gap's arguments (100 lines), in-process, {label}",
+            _ms(_pct(old.gap_read_ms, q)),
+            _ms(_pct(new.gap_read_ms, q)),
+        )
     so_ms = _pct(old.gap.start_ms, 0.5) if old.gap and old.gap.start_ms else nan
     sn_ms = _pct(new.gap.start_ms, 0.5) if new.gap and new.gap.start_ms else nan
     _row(f"reply start, {sizes[-1]} turns: send → first request, median", _ms(so_ms), _ms(sn_ms), _ratio(so_ms, sn_ms))
@@ -1347,7 +1384,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", help="session sizes in turns, comma-separated (instead of the defaults)")
     parser.add_argument("--streams", help="how many sessions stream at once, comma-separated")
     parser.add_argument("--gap-turns", type=int, help="ten-step turns per gap figure (default 3, 2 with --quick)")
-    parser.add_argument("--profile", type=Path, help="sample Daphne's GIL holder with py-spy into this folder")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="sample the GIL holder of Daphne (web 0) and of each worker with py-spy into this folder",
+    )
+    parser.add_argument(
+        "--profile-running",
+        action="store_true",
+        help="with --profile: sample every thread the system shows running, not only the one holding the GIL "
+        "(CPU spent without the GIL, in the database driver's C code or in system calls, shows too)",
+    )
     parser.add_argument(
         "--layer",
         choices=["postgres", "memory", "redis"],
@@ -1387,8 +1434,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--webs and --workers are at least 1")
     if args.webs > 1 and args.layer == "memory":
         parser.error("--layer memory stays inside one process: it cannot relay between web processes")
-    global PROFILE_DIR
+    global PROFILE_DIR, PROFILE_FLAGS
     PROFILE_DIR = args.profile
+    PROFILE_FLAGS = [] if args.profile_running else ["--gil"]
     if PROFILE_DIR is not None:
         PROFILE_DIR.mkdir(parents=True, exist_ok=True)
     sizes = [10, 100] if args.quick else [10, 100, 1000]
