@@ -564,8 +564,9 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
                     kind, body = "r", str(self._store(connection, body))
                 names.append(item.pg)
                 payloads.append(f"{kind}{next(self._seq):x}|{item.target}|{body}")
+            # Binary arrays (%b): psycopg escapes a text array's elements in Python, 10 ms for 40 KB of payload.
             connection.execute(
-                "SELECT count(pg_notify(c, p)) FROM unnest(%s::text[], %s::text[]) AS t(c, p)", (names, payloads)
+                "SELECT count(pg_notify(c, p)) FROM unnest(%b::text[], %b::text[]) AS t(c, p)", (names, payloads)
             )
         except psycopg.OperationalError as error:
             failure = LayerUnavailable(f"Postgres is out of reach: {_short(error)}")
