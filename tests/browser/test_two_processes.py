@@ -1,7 +1,8 @@
-"""Two Cachet web processes and a worker behind one Redis: a reply asked through one web process runs in the
-worker and streams to a tab served by the other, and a Stop pressed in that tab stops it. And the default layout,
-``manage.py serve`` as ``./run`` starts it (Daphne and its worker, the Postgres channel layer), in a phone's
-viewport.
+"""Two Cachet web processes and two workers behind one Redis, as a team runs them: a reply asked through one web
+process runs in a worker and streams to a tab served by the other, a Stop pressed in that tab stops it, and a web
+process killed and started again mid-reply loses nothing: the reply runs on in its worker and the reloaded tab
+follows it to the end. And the default layout, ``manage.py serve`` as ``./run`` starts it (Daphne and its
+worker, the Postgres channel layer), in a phone's viewport.
 
 Each process is in its own subprocess (Daphne, and ``manage.py worker``) on the test database (``DATABASE_URL``)
 and on one Redis database (``REDIS_URL``), so the only ways between them are Redis (the channel layer's groups
@@ -17,8 +18,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,11 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
-from django.conf import settings
-from django.db import connection
 from playwright.sync_api import expect
 
 from sessions_app.models import BreakCause, ModelEndpoint, ModelRequest, Turn, TurnStatus, Workspace
@@ -44,17 +40,19 @@ from tests.browser.browser_kit import (
     watch_errors,
 )
 from tests.passwords import give_shipped_password
+from tests.process_kit import Process, cachet_env
+from tests.process_kit import start as start_process
 from tests.redis_kit import RedisDatabase
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=15_000)  # as the other browser tests
 
-SECRET_KEY = "cachet-two-processes-test-secret-key-not-for-production"
 START_TIMEOUT = 45.0
 TIMEOUT_MS = 20_000
 
 STREAMED = " ".join(f"word{n}" for n in range(60))
 LONG_REPLY = " ".join(f"story{n}" for n in range(400))
+TALE = " ".join(f"tale{n}" for n in range(80))
 
 
 def _free_port() -> int:
@@ -64,59 +62,10 @@ def _free_port() -> int:
         return port
 
 
-def _test_database_url() -> str:
-    """A URL to the database the tests run on (pytest-django's test database), for the subprocesses."""
-    params = connection.get_connection_params()  # where the embedded Postgres listens, too
-    user = quote(str(params.get("user") or ""), safe="")
-    password = quote(str(params.get("password") or ""), safe="")
-    credentials = f"{user}:{password}@" if password else f"{user}@" if user else ""
-    name = quote(str(params["dbname"]), safe="")
-    host = str(params.get("host") or "")
-    port = str(params.get("port") or "")
-    if host.startswith("/"):  # a unix socket directory, as the embedded Postgres uses
-        query = f"host={quote(host, safe='')}" + (f"&port={port}" if port else "")
-        return f"postgresql://{credentials}/{name}?{query}"
-    return f"postgresql://{credentials}{host}{':' + port if port else ''}/{name}"
-
-
-@dataclass
-class Process:
-    name: str
-    url: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-
-@dataclass
-class Cluster:
-    a: Process
-    b: Process
-    worker: Process
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"===== Cachet process {p.name} ({p.url}) =====\n{p.output()}" for p in (self.a, self.b, self.worker)
-        )
-
-    @contextlib.contextmanager
-    def logs_on_failure(self) -> Iterator[None]:
-        try:
-            yield
-        except BaseException:
-            print(self.logs())
-            raise
-
-
-@pytest.fixture
-def redis_url(redis_database: RedisDatabase) -> Iterator[str]:
-    redis_database.empty()
-    try:
-        yield redis_database.url
-    finally:
-        redis_database.empty()
+def _web(name: str, port: int, *, env: dict[str, str], logs: Path) -> Process:
+    """A Daphne process serving Cachet on ``port``, not yet waited for."""
+    command = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "cachet.asgi:application"]
+    return start_process(name, command, env=env, logs=logs, url=f"http://127.0.0.1:{port}")
 
 
 def _wait_for_http(process: Process, deadline: float) -> None:
@@ -136,86 +85,95 @@ def _wait_for_http(process: Process, deadline: float) -> None:
         time.sleep(0.1)
 
 
-def _stop(process: Process) -> None:
-    if process.popen.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.popen.pid, signal.SIGTERM)
+def _stop_all(processes: list[Process]) -> None:
+    """SIGTERM to every process at once, then each waited for (and killed if it will not stop)."""
+    for process in processes:
+        if process.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.popen.pid, signal.SIGTERM)
+    for process in processes:
+        process.stop()
+
+
+@dataclass
+class Cluster:
+    a: Process
+    b: Process
+    workers: list[Process]
+    env: dict[str, str]
+    logs_dir: Path
+    gone: list[Process] = field(default_factory=list)  # web processes stopped by the test, kept for their logs
+
+    def processes(self) -> list[Process]:
+        return [*self.gone, self.a, self.b, *self.workers]
+
+    def logs(self) -> str:
+        return "\n".join(f"===== Cachet process {p.name} ({p.url}) =====\n{p.output()}" for p in self.processes())
+
+    @contextlib.contextmanager
+    def logs_on_failure(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            print(self.logs())
+            raise
+
+    def stop_a(self, sig: signal.Signals) -> None:
+        """Stop web process A with ``sig``."""
+        self.a.stop(sig)
+
+    def start_a_again(self) -> None:
+        """Start web process A again on its port, once it answers HTTP."""
+        self.gone.append(self.a)
+        port = int(self.a.url.rsplit(":", 1)[1])
+        self.a = _web(f"A-{len(self.gone) + 1}", port, env=self.env, logs=self.logs_dir)
+        _wait_for_http(self.a, time.monotonic() + START_TIMEOUT)
+
+
+@pytest.fixture
+def redis_url(redis_database: RedisDatabase) -> Iterator[str]:
+    redis_database.empty()
     try:
-        process.popen.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.popen.pid, signal.SIGKILL)
-        process.popen.wait(timeout=5)
+        yield redis_database.url
+    finally:
+        redis_database.empty()
 
 
 @pytest.fixture
 def cluster(transactional_db: None, redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    """Two Daphne processes serving Cachet and a worker on the test database, with Redis as their channel layer."""
+    """Two Daphne processes serving Cachet and two workers on the test database, with Redis as their channel
+    layer, started at once."""
     ports = {"A": _free_port(), "B": _free_port()}
     while ports["B"] == ports["A"]:
         ports["B"] = _free_port()
     origins = [f"http://{host}:{port}" for port in ports.values() for host in ("127.0.0.1", "localhost")]
     data = tmp_path / "cachet-data"
     data.mkdir()
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"DATABASE_URL", "REDIS_URL", "CACHET_DATA", "SECRET_KEY", "DEBUG", "PYTEST_CURRENT_TEST"}
-    }
-    env.update(
-        DATABASE_URL=_test_database_url(),
-        REDIS_URL=redis_url,
-        CACHET_DATA=str(data),
+    env = cachet_env(
+        data=data,
+        redis_url=redis_url,
         ALLOWED_HOSTS="127.0.0.1,localhost",
         CSRF_TRUSTED_ORIGINS=",".join(origins),
-        SECRET_KEY=SECRET_KEY,
-        DJANGO_SETTINGS_MODULE="cachet.settings",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(settings.BASE_DIR), env.get("PYTHONPATH", "")])),
-        PYTHONUNBUFFERED="1",
     )
-    processes: list[Process] = []
+    started: list[Process] = []
+    cluster: Cluster | None = None
     try:
         for name, port in ports.items():
-            log = tmp_path / f"cachet-{name}.log"
-            with log.open("wb") as out:
-                popen = subprocess.Popen(
-                    [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "cachet.asgi:application"],
-                    cwd=settings.BASE_DIR,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own process group, killed as one
-                )
-            processes.append(Process(name, f"http://127.0.0.1:{port}", popen, log))
-        log = tmp_path / "cachet-worker.log"
-        with log.open("wb") as out:
-            popen = subprocess.Popen(
-                [sys.executable, "manage.py", "worker"],
-                cwd=settings.BASE_DIR,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        worker = Process("worker", "", popen, log)
+            started.append(_web(name, port, env=env, logs=tmp_path))
+        for name in ("worker-1", "worker-2"):
+            started.append(start_process(name, ["manage.py", "worker"], env=env, logs=tmp_path))
+        cluster = Cluster(started[0], started[1], started[2:], env, tmp_path)
         deadline = time.monotonic() + START_TIMEOUT
-        for process in processes:
-            try:
-                _wait_for_http(process, deadline)
-            except RuntimeError as error:
-                raise RuntimeError(f"{error}\n{Cluster(processes[0], processes[1], worker).logs()}") from None
-        while "Worker ready" not in worker.output():
-            if popen.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the worker did not start\n{Cluster(processes[0], processes[1], worker).logs()}")
-            time.sleep(0.05)
-        processes.append(worker)
-        yield Cluster(processes[0], processes[1], worker)
+        try:
+            for web in (cluster.a, cluster.b):
+                _wait_for_http(web, deadline)
+            for worker in cluster.workers:
+                worker.wait_for(lambda output: "Worker ready" in output, timeout=max(deadline - time.monotonic(), 0))
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}\n{cluster.logs()}") from None
+        yield cluster
     finally:
-        for process in processes:
-            _stop(process)
+        _stop_all(cluster.processes() if cluster is not None else started)
 
 
 @dataclass
@@ -297,7 +255,7 @@ def streaming(page: Any, turn: int, seen: str, not_yet: str) -> None:
     )
 
 
-def test_a_reply_started_in_one_process_streams_to_and_is_stopped_from_another(
+def test_a_reply_streams_to_and_is_stopped_from_another_process_and_outlives_a_web_restart(
     setup: Setup, cluster: Cluster, chromium: Chromium
 ) -> None:
     # Each answer stops in the middle until the test has seen it there (``pause_at``): with the answers paced by
@@ -306,6 +264,7 @@ def test_a_reply_started_in_one_process_streams_to_and_is_stopped_from_another(
         Step(text="Reading the notes first.", tool_calls=[("read", {"path": "notes.md"})]),
         Step(text=STREAMED, chunk_size=3, delay=0.01, pause_at=(12,)),  # after "word0 … word5 "
         Step(text=LONG_REPLY, chunk_size=2, delay=0.01, pause_at=(40,)),  # after "story0 … story9 "
+        Step(text=TALE, chunk_size=5, delay=0.005, pause_at=(12,)),  # after "tale0 … tale9 "
     )
     a, b, session_id = cluster.a, cluster.b, setup.session_id
     with cluster.logs_on_failure():
@@ -355,7 +314,7 @@ def test_a_reply_started_in_one_process_streams_to_and_is_stopped_from_another(
         )
         streaming(second, 2, "story5 ", "story399")
         # a tab of process B that reloads mid-reply shows what the step streamed before it came back:
-        # process A, which runs the reply, sends it through Redis
+        # the worker that runs the reply sends it through Redis
         second.reload()
         streaming(second, 2, "story0 story1 story2 ", "story399")
         expect(second.locator("#stop-button")).to_be_enabled()
@@ -368,9 +327,44 @@ def test_a_reply_started_in_one_process_streams_to_and_is_stopped_from_another(
         assert turn.status == TurnStatus.INTERRUPTED
         assert "story5 " in turn.reply_text and "story399" not in turn.reply_text
         assert len(setup.model.requests) == 3
+        setup.model.resume()  # the stopped answer, still paused in the model server, ends (nobody reads it)
+
+        # the web process a tab is on is killed mid-reply and started again on its port: the reply runs on in its
+        # worker, and the tab, reloaded, follows it to the end
+        first.fill("#composer-text", "Tell me a tale")
+        first.press("#composer-text", "Enter")
+        assert setup.model.wait_paused(3)
+        streaming(first, 3, "tale5 ", "tale79")
+        before_restart = len(chromium.errors)
+        cluster.stop_a(signal.SIGKILL)
+        expect(first.locator("#ws-status")).not_to_have_attribute("data-state", "open")
+        streaming(second, 3, "tale5 ", "tale79")  # the tab on B is not troubled
+        cluster.start_a_again()
+        first.reload()
+        expect(first.locator("#ws-status")).to_have_attribute("data-state", "open")
+        # meanwhile the tab logged its attempts to connect again to the process that was down, and only those
+        refused = chromium.errors[before_restart:]
+        del chromium.errors[before_restart:]
+        assert all(
+            error == "console: [object Event]"
+            or error.startswith(f"console: WebSocket connection to 'ws://127.0.0.1:{port_a}/ws/sessions/{session_id}/'")
+            for error in refused
+        ), refused
+        streaming(first, 3, "tale0 tale1 tale2 ", "tale79")  # what the step streamed before, from the worker
+        expect(first.locator("#controls")).to_have_attribute("data-state", "running")
+        setup.model.resume()
+        for page in (first, second):
+            expect(page.locator("#turn-3")).to_have_attribute("data-status", "done")
+            expect(page.locator("#turn-3 .reply").last).to_have_text(TALE)
+            expect(page.locator("#controls")).to_have_attribute("data-state", "idle")
+        turn = in_thread(lambda: Turn.objects.get(session_id=session_id, number=3))
+        assert (turn.status, turn.reply_text, turn.error) == (TurnStatus.DONE, TALE, ""), "not interrupted"
+        assert len(setup.model.requests) == 4, "the reply was asked of the model once"
+        assert [worker.popen.poll() for worker in cluster.workers] == [None, None], "both workers still run"
+
         # the suite's check that no request broke the prompt prefix unexpectedly only sees this process's rows
         causes = in_thread(lambda: list(ModelRequest.objects.filter(session_id=session_id).values_list("break_cause")))
-        assert len(causes) == 3 and (BreakCause.UNEXPECTED,) not in causes, causes
+        assert len(causes) == 4 and (BreakCause.UNEXPECTED,) not in causes, causes
         assert chromium.errors == []
         # no consumer failed on the way (an idle one once did, on Redis's read timeout, and its tab reconnected)
         assert "Exception inside application" not in cluster.logs()
@@ -380,9 +374,6 @@ def test_a_reply_started_in_one_process_streams_to_and_is_stopped_from_another(
 def served(transactional_db: None, tmp_path: Path) -> Iterator[Process]:
     """``manage.py serve`` as ``./run`` starts it: Daphne and one supervised worker, on the Postgres channel layer
     (no Redis), on the test database."""
-    from tests.process_kit import cachet_env
-    from tests.process_kit import start as start_process
-
     data = tmp_path / "served-data"
     data.mkdir()
     port = _free_port()
@@ -393,14 +384,14 @@ def served(transactional_db: None, tmp_path: Path) -> Iterator[Process]:
         CSRF_TRUSTED_ORIGINS=f"http://127.0.0.1:{port}",
         CACHET_MODEL_URL="http://127.0.0.1:9/v1",
     )
-    process = start_process("serve", ["manage.py", "serve", "--port", str(port)], env=env, logs=tmp_path)
-    served = Process("serve", f"http://127.0.0.1:{port}", process.popen, process.log)
+    command = ["manage.py", "serve", "--port", str(port)]
+    served = start_process("serve", command, env=env, logs=tmp_path, url=f"http://127.0.0.1:{port}")
     try:
-        process.wait_for(lambda output: "Worker ready" in output and "Cachet is serving" in output, timeout=90)
+        served.wait_for(lambda output: "Worker ready" in output and "Cachet is serving" in output, timeout=90)
         _wait_for_http(served, time.monotonic() + START_TIMEOUT)
         yield served
     finally:
-        process.stop()
+        served.stop()
 
 
 def test_the_default_layout_a_web_process_and_its_worker_streams_and_stops_a_reply(
