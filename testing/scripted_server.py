@@ -18,7 +18,9 @@ what llama.cpp offers beside the OpenAI API: `GET /props` (`default_generation_s
 /apply-template` (the ChatML-like prompt above) and `POST /tokenize` (the crude tokens, each as a stable
 number; no BOS is added, so a prompt's count equals the `prompt_tokens` it is billed). `server_api=False` keeps
 the window but offers none of the three, like a server that says nothing about itself; `server_api_delay`
-makes `/apply-template` and `/tokenize` take that many seconds, as they do on a long prompt.
+makes `/apply-template` and `/tokenize` take that many seconds, as they do on a long prompt, and
+`server_api_held` (a `threading.Event`) holds their answers until it is set: a test sets it once it has seen
+what must happen while they run (`wait_requests(N)`: the Nth chat request has come).
 
 Faults: `refuse` (read the request, close without answering), `reset` (read only the request's head, then
 reset the connection: a request still being written fails to get out; it is not recorded), `http500` (a
@@ -314,6 +316,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             self._wait(self._owner.server_api_delay)
+            self._held(self._owner.server_api_held)
         except _Closed:
             self.close_connection = True
             return
@@ -327,6 +330,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _wait(self, seconds: float) -> None:
         if seconds > 0 and self._owner._closing.wait(seconds):
             raise _Closed
+
+    def _held(self, gate: threading.Event | None) -> None:
+        while gate is not None and not gate.wait(0.05):
+            if self._owner._closing.is_set():
+                raise _Closed
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -505,10 +513,12 @@ class ScriptedServer:
         n_ctx: int | None = None,
         server_api: bool | None = None,
         server_api_delay: float = 0.0,
+        server_api_held: threading.Event | None = None,
     ) -> None:
         self.model = model
         self.n_ctx = n_ctx
         self.server_api_delay = server_api_delay
+        self.server_api_held = server_api_held
         self.server_api = n_ctx is not None if server_api is None else server_api
         self.listed = list(listed) if listed is not None else [model]
         self._host = host
@@ -521,6 +531,7 @@ class ScriptedServer:
         self._resumes = threading.Semaphore(0)
         self._pauses = 0
         self._paused = threading.Condition(self._lock)
+        self._requested = threading.Condition(self._lock)
         self._connections: set[socket.socket] = set()
         self._httpd = _HTTPServer((host, port), self)
         self._thread: threading.Thread | None = None
@@ -554,6 +565,11 @@ class ScriptedServer:
         """Whether answers have come to ``count`` pauses (``pause_at``) since the server started, within ``timeout``."""
         with self._paused:
             return self._paused.wait_for(lambda: self._pauses >= count, timeout)
+
+    def wait_requests(self, count: int, timeout: float = 30.0) -> bool:
+        """Whether ``count`` chat requests have come since the server started, within ``timeout``."""
+        with self._requested:
+            return self._requested.wait_for(lambda: len(self._requests) >= count, timeout)
 
     def resume(self) -> None:
         """Let the stream that is paused (or the next one to pause) go on."""
@@ -597,8 +613,9 @@ class ScriptedServer:
                 self._connections.discard(connection)
 
     def _record(self, body: bytes) -> int:
-        with self._lock:
+        with self._requested:
             self._requests.append(body)
+            self._requested.notify_all()
             return len(self._requests)
 
     def _pause(self) -> None:

@@ -4,6 +4,7 @@ the last one, every check is stored by the time the action ends, and a check tha
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from tests.agent.loop_helpers import run
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FAST = Timeouts(connect=2.0, first_token=5.0, between_chunks=5.0)
-SLOW_TOKENIZER = 1.5
+HELD_AT_MOST = 20.0  # then the checks answer, and the test fails if the third request had waited for them
 
 
 def _session(user: Any, workspace: Workspace, server: ScriptedServer) -> ChatSession:
@@ -52,10 +53,27 @@ def _where(
 def test_the_next_request_goes_out_while_the_last_ones_check_still_runs(
     user: Any, workspace: Workspace, notes: Path
 ) -> None:
-    with ScriptedServer(n_ctx=50_000, server_api_delay=SLOW_TOKENIZER) as server:
+    # From the first request on (before it, the loop counts it with the server's tokenizer), the server renders
+    # and tokenizes nothing until the third request has come.
+    held = threading.Event()
+    held.set()
+
+    def until_the_third_request() -> None:
+        server.wait_requests(1, timeout=HELD_AT_MOST)
+        held.clear()
+        server.wait_requests(3, timeout=HELD_AT_MOST)
+        held.set()
+
+    with ScriptedServer(n_ctx=50_000, server_api_held=held) as server:
         session = _session(user, workspace, server)
         _three_steps(server)
-        events = run(ReplyLoop(session, client_timeouts=FAST).send("read the notes twice")).events
+        opener = threading.Thread(target=until_the_third_request)
+        opener.start()
+        try:
+            events = run(ReplyLoop(session, client_timeouts=FAST).send("read the notes twice")).events
+        finally:
+            held.set()
+            opener.join()
     first, second, third = ModelRequest.objects.filter(session=session).order_by("id")
     assert first.expected_cached_tokens is None, "the first request has nothing to be compared with"
     for request in (second, third):
