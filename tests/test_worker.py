@@ -145,14 +145,18 @@ async def test_a_worker_killed_mid_reply_is_noticed_and_the_session_goes_on(
         model.push(Step(text=STORY, chunk_size=3, delay=0.005, pause_at=(120,)))
         username = await sync_to_async(lambda: session.owner.get_username())()
         ask = ["manage.py", "ask", "--user", username, "--session", str(session.pk), "Tell me a story"]
-        workers.append(start("ask", ask, env=env, logs=tmp_path))  # a terminal following the reply
+        asked = start("ask", ask, env=env, logs=tmp_path)  # a terminal following the reply
+        workers.append(asked)
         assert await asyncio.to_thread(model.wait_paused, 1, 30), workers[0].output()
+        # the worker that goes on starts meanwhile (the reply is already worker-a's)
+        going_on = start("worker-b", ["manage.py", "worker"], env=env, logs=tmp_path)
+        workers.append(going_on)
         async with asyncio.timeout(10):
             while not await sync_to_async(_draft_kept)(session.pk):  # the streamed text is saved every second
                 await asyncio.sleep(0.05)
         workers[0].stop(signal.SIGKILL)
         killed_at = time.monotonic()
-        workers.append(await sync_to_async(start_worker)("worker-b", env=env, logs=tmp_path))
+        await asyncio.to_thread(going_on.wait_for, lambda output: "Worker ready" in output)
         await tab.until('data-state=\\"idle\\"', timeout=15)
         noticed = time.monotonic() - killed_at
         turns = await sync_to_async(_turns)(session.pk)
@@ -169,7 +173,6 @@ async def test_a_worker_killed_mid_reply_is_noticed_and_the_session_goes_on(
             (2, TurnStatus.DONE),
         ], turns
         print(f"killed worker noticed after {noticed:.1f} s")
-        asked = workers[1]
         assert await asyncio.to_thread(asked.popen.wait, 30) == 1, asked.output()
         assert "The worker running it stopped" in asked.output() and "story0 story1" in asked.output()
         assert "Turn 1 interrupted" in asked.output()
