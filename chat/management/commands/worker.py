@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import threading
+import time
 from typing import Any
 
 from django.conf import settings
@@ -14,6 +17,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from chat import worker
+
+STOP_LIMIT_SECONDS = 15.0  # a stopping worker exits within this, before ``serve`` (20 s) or Docker (30 s) kills it
 
 
 class Command(BaseCommand):
@@ -53,6 +58,15 @@ class Command(BaseCommand):
         self.stdout.write("Worker stopped.")
         self.stdout.flush()
 
+    def _stop_within(self, seconds: float) -> None:
+        """Exit once ``seconds`` have passed since the stop was asked, whatever still runs (under heavy load, a
+        database call of the sweep once kept the process waiting past the 20 s that ``serve`` gives it): the
+        replies it leaves are marked interrupted by the next worker's sweep."""
+        time.sleep(seconds)
+        self.stdout.write(f"Worker stopped. Not everything had ended within {seconds:g} s; the sweep marks it.")
+        self.stdout.flush()
+        os._exit(0)
+
     async def _work(self, connector: Any, concurrency: int) -> None:
         """Run jobs until SIGINT or SIGTERM, which let running replies end (10 s at most), then stop them."""
         event_loop = asyncio.get_running_loop()
@@ -63,6 +77,7 @@ class Command(BaseCommand):
                 self.stdout.write("Worker stopping: running replies get 10 s to end.")
                 self.stdout.flush()
                 working.cancel()
+                threading.Thread(target=self._stop_within, args=(STOP_LIMIT_SECONDS,), daemon=True).start()
 
             for stop_signal in (signal.SIGINT, signal.SIGTERM):
                 event_loop.add_signal_handler(stop_signal, stop)
