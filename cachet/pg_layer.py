@@ -13,9 +13,10 @@ Channels' in-memory layer, and are taken by ``receive`` on whichever event loop 
 
 When Postgres goes away the thread connects again (at once, then backing off to every 2 s) and listens again;
 it logs one warning per outage and one line when it is back. Meanwhile group sends reach this process's own
-members and then raise :class:`LayerUnavailable`, direct sends to other processes raise it at once, and group
-membership is kept, to be listened to once Postgres is back. Messages sent to this process while it was not
-connected are lost: a tab asks for the live text again when it sees a gap.
+members and then raise :class:`LayerUnavailable` (at once, or when the try to connect again fails), direct
+sends to other processes raise it at once, and group membership is kept, to be listened to once Postgres is
+back. Messages sent to this process while it was not connected are lost: a tab asks for the live text again
+when it sees a gap.
 """
 
 from __future__ import annotations
@@ -293,10 +294,11 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
         self.require_valid_group_name(group)
         self._start()
         body = encode(message)
-        if self._state is _State.DOWN:
+        try:
+            await self._post(pg_channel(GROUP_PREFIX, group), "", body)
+        except LayerUnavailable as error:
             self._deliver_group(group, body)
-            raise LayerUnavailable("Postgres is out of reach: the message reached this process's channels only")
-        await self._post(pg_channel(GROUP_PREFIX, group), "", body)
+            raise LayerUnavailable(f"{error}; the message reached this process's channels only") from None
 
     async def flush(self) -> None:
         """Forget every channel, message and group of this process."""

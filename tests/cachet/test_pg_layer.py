@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -298,3 +299,43 @@ async def test_while_postgres_is_away_sends_fail_at_once_with_one_warning_and_gr
         assert (await got(away, tab))["type"] == "sent again"
     finally:
         await away.close()
+
+
+class _Reconnecting(_Proxied):
+    """A layer whose tries to connect again wait for ``release`` (a try that hangs) and then fail."""
+
+    def __init__(self, through: Proxy, **kwargs: Any) -> None:
+        super().__init__(through, **kwargs)
+        self.opened = 0
+        self.trying = threading.Event()
+        self.release = threading.Event()
+
+    def _open(self) -> psycopg.Connection[Any]:
+        self.opened += 1
+        if self.opened == 1:
+            return super()._open()
+        self.trying.set()
+        self.release.wait(20)
+        raise psycopg.OperationalError("connection refused")
+
+
+async def test_a_group_send_waiting_on_a_try_to_connect_that_fails_still_reaches_this_process(
+    database: str, postgres_proxy: Proxy
+) -> None:
+    layer = _Reconnecting(postgres_proxy)
+    try:
+        tab = await layer.new_channel()
+        await layer.group_add("tabs", tab)
+        await until(lambda: layer.connected)
+        postgres_proxy.cut()
+        await asyncio.to_thread(layer.trying.wait, 20)
+        sending = asyncio.ensure_future(layer.group_send("tabs", {"type": "during"}))
+        await asyncio.sleep(0.1)
+        assert not sending.done()  # it waits for the try, not failing at once
+        layer.release.set()
+        with pytest.raises(LayerUnavailable, match="this process's channels only"):
+            await sending
+        assert (await got(layer, tab))["type"] == "during"
+    finally:
+        layer.release.set()
+        await layer.close()
