@@ -34,6 +34,44 @@ LISTEN_AGAIN_SECONDS = 0.5
 
 
 class _Shard(RedisSingleShardConnection):  # type: ignore[misc]
+    def __init__(self, host: Any, channel_layer: Any) -> None:
+        super().__init__(host, channel_layer)
+        self._outbox: list[tuple[str, bytes, asyncio.Future[None]]] = []
+
+    async def publish(self, channel: str, message: bytes) -> None:
+        """Publish ``message``: with whatever else waits to be published here, in one pipeline.
+
+        channels_redis publishes one message per round trip behind a lock, so twenty-five replies streaming
+        from one worker queue up behind each other's round trips; here the lock's holder sends everything
+        waiting, in order, and the others find theirs sent when they get the lock."""
+        sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._outbox.append((channel, message, sent))
+        async with self._lock:
+            if not sent.done():
+                batch, self._outbox = self._outbox, []
+                try:
+                    self._ensure_redis()
+                    if len(batch) == 1:
+                        await self._redis.publish(channel, message)
+                    else:
+                        async with self._redis.pipeline(transaction=False) as pipe:
+                            for name, body, _ in batch:
+                                pipe.publish(name, body)
+                            await pipe.execute()
+                except asyncio.CancelledError:
+                    self._outbox[:0] = [item for item in batch if item[2] is not sent]  # the next holder sends them
+                    raise
+                except BaseException as error:
+                    for _, _, other in batch:
+                        if other is not sent and not other.done():
+                            other.set_exception(error)
+                            other.exception()  # retrieved: a waiter cancelled meanwhile logs nothing
+                    raise
+                for _, _, other in batch:
+                    if not other.done():
+                        other.set_result(None)
+        return sent.result() if sent.done() else None
+
     async def _do_receiving(self) -> None:
         lost_at: float | None = None
         while True:

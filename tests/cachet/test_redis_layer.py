@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cachet.redis_layer import RedisPubSubLayer, channel_prefix
@@ -71,6 +72,40 @@ async def test_a_group_send_is_one_publish_heard_by_the_group_s_members(layer: R
     for channel in (first, second):
         got = [await asyncio.wait_for(layer.receive(channel), 5) for _ in range(3)]
         assert [message["text"] for message in got] == ["m0", "m1", "m2"]
+
+
+async def test_sends_made_together_go_out_in_order_in_a_few_round_trips(
+    layer: RedisPubSubLayer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tab = await layer.new_channel()
+    await layer.group_add("tabs", tab)
+    assert (await heard(layer, "tabs", tab))["type"] == "ping"
+    round_trips = 0
+    send = AbstractConnection.send_packed_command
+
+    async def counted(self: AbstractConnection, *args: Any, **kwargs: Any) -> Any:
+        nonlocal round_trips
+        round_trips += 1
+        return await send(self, *args, **kwargs)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+    await asyncio.gather(*(layer.group_send("tabs", {"type": "piece", "n": number}) for number in range(50)))
+    got = [await asyncio.wait_for(layer.receive(tab), 5) for _ in range(50)]
+    assert [message["n"] for message in got] == list(range(50))
+    assert round_trips <= 3, round_trips  # channels_redis alone: 50, one after another
+
+
+async def test_sends_made_together_while_redis_is_away_all_fail(
+    layer: RedisPubSubLayer, redis_proxy: tuple[Proxy, str]
+) -> None:
+    tab = await layer.new_channel()
+    await layer.group_add("tabs", tab)
+    assert (await heard(layer, "tabs", tab))["type"] == "ping"
+    redis_proxy[0].cut()
+    outcomes = await asyncio.gather(
+        *(layer.group_send("tabs", {"type": "during"}) for _ in range(10)), return_exceptions=True
+    )
+    assert all(isinstance(outcome, RedisConnectionError) for outcome in outcomes), outcomes
 
 
 async def test_while_redis_is_away_sends_fail_at_once_with_one_warning(
