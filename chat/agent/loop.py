@@ -461,7 +461,9 @@ class ReplyLoop:
         The request goes out while its record is written (a record that fails stops it). What waits for a
         request to be on its way (the record of the answer before it, the events of the step and results stored
         since) follows as soon as this one is sent, so the model server is not kept idle by bookkeeping; with
-        ``hold``, this answer's record waits in turn for the next request."""
+        ``hold``, this answer's record waits in turn for the next request. Finished cache checks are stored while
+        the model is quiet (an ``Idle`` piece), else when the action ends: never between an answer and the next
+        request."""
         session = self.session
         if self._previous is None:
             self._previous = previous_request(session)
@@ -494,10 +496,11 @@ class ReplyLoop:
             with self.waiting():  # from the request on: what runs meanwhile waits for the model anyway
                 answer.start()
                 yield from self._release(flush=True)
-                yield from self._checks_stored(wait=False)
                 yield RequestStarted(request)
                 for piece in answer:
-                    if isinstance(piece, TextPiece):
+                    if isinstance(piece, Idle):  # the model computes: store the checks done meanwhile
+                        yield from self._checks_stored(wait=False)
+                    elif isinstance(piece, TextPiece):
                         streamed.text += piece.text
                         yield TextDelta(number, step_number, piece.text)
                     elif isinstance(piece, ReasoningPiece):

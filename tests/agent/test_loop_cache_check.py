@@ -14,6 +14,7 @@ import chat.agent.loop as loop_module
 from chat.agent.events import CacheChecked, ReplyEvent, RequestFinished, RequestStarted
 from chat.agent.loop import ReplyLoop
 from chat.agent.model import Timeouts
+from chat.agent.model.stream import IDLE_SECONDS
 from chat.tools import tool_list
 from chat.web.publisher import Publisher, _Send
 from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, TurnStatus, Workspace
@@ -84,6 +85,27 @@ def test_the_next_request_goes_out_while_the_last_ones_check_still_runs(
     )
     assert _where(events, CacheChecked, third) > _where(events, RequestFinished, third)
     assert not any(isinstance(event, CacheChecked) and event.request.pk == first.pk for event in events)
+
+
+def test_a_finished_check_is_stored_while_the_model_is_quiet_never_between_an_answer_and_the_next_request(
+    user: Any, workspace: Workspace, notes: Path
+) -> None:
+    with ScriptedServer(n_ctx=50_000) as server:
+        session = _session(user, workspace, server)
+        server.push(
+            Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]),
+            Step(text="Once more.", tool_calls=[("read", {"path": "notes.md", "offset": 2})]),
+            Step(text="Again.", tool_calls=[("read", {"path": "notes.md", "offset": 3})]),
+            Step(text="Done.", chunk_size=100, delay=IDLE_SECONDS * 2),  # the model thinks before its first token
+        )
+        events = run(ReplyLoop(session, client_timeouts=FAST).send("read the notes")).events
+    _, second, third, fourth = ModelRequest.objects.filter(session=session).order_by("id")
+    # The third and fourth requests followed the answers before them at once: the second's check waited.
+    assert _where(events, CacheChecked, second) > _where(events, RequestStarted, fourth)
+    # The model was quiet before its fourth answer: the checks done by then were stored meanwhile.
+    assert _where(events, CacheChecked, second) < _where(events, RequestFinished, fourth)
+    assert _where(events, CacheChecked, third) < _where(events, RequestFinished, fourth)
+    assert _where(events, CacheChecked, fourth) > _where(events, RequestFinished, fourth)
 
 
 def test_a_check_that_fails_is_logged_and_the_reply_goes_on(
