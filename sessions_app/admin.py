@@ -116,7 +116,8 @@ class ModelEndpointAdmin(KeepsSessionsAdmin):
         asked = obj.server_window_read_at.strftime("%Y-%m-%d %H:%M UTC")
         if obj.server_context_window is None:
             return f"the server does not say (asked {asked})"
-        return f"{obj.server_context_window:,} tokens (asked {asked})"
+        where = f"; {obj.server_window_how}" if obj.server_window_how else ""
+        return f"{obj.server_context_window:,} tokens (asked {asked}{where})"
 
     @admin.display(description="window used")
     def window_used(self, obj: ModelEndpoint) -> str:

@@ -51,11 +51,17 @@ class ModelEndpoint(models.Model):
     api_key = models.CharField(max_length=500, blank=True)
     model = models.CharField(max_length=200, blank=True)
     context_window = models.PositiveIntegerField(
-        default=8192, help_text="Tokens; used where the server does not say its own (llama.cpp's /props does)."
+        default=8192,
+        help_text=(
+            "Tokens; used where the server does not say its own (llama.cpp, vLLM, SGLang, Ollama and LM Studio do)."
+        ),
     )
-    # What the server said at ``server_window_url`` (llama.cpp's /props n_ctx), and when it was asked.
+    # What the server at ``server_window_url`` said (``None``: it says nothing), where it said it
+    # (``server_window_how``, e.g. "llama.cpp /props n_ctx") and when; no ``server_window_read_at``: to be asked
+    # again before the next use.
     server_context_window = models.PositiveIntegerField(null=True, blank=True, editable=False)
     server_window_url = models.CharField(max_length=500, blank=True, editable=False)
+    server_window_how = models.CharField(max_length=100, blank=True, editable=False)
     server_window_read_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -22,6 +22,12 @@ makes `/apply-template` and `/tokenize` take that many seconds, as they do on a 
 `server_api_held` (a `threading.Event`) holds their answers until it is set: a test sets it once it has seen
 what must happen while they run (`wait_requests(N)`: the Nth chat request has come).
 
+`like` states the window as another server does, in its own place, instead of `/props` (and then offers no
+`/apply-template` or `/tokenize`): `vllm` and `sglang` (`max_model_len` in `/v1/models`), `ollama` (a running
+model's `context_length` in `/api/ps`; `ollama-idle`: none running, `num_ctx` in `/api/show`'s `parameters`),
+`lmstudio` (`/api/v1/models`, a loaded instance's `config.context_length`; `lmstudio-0.3`: `/api/v0/models`,
+`loaded_context_length`), or `openai` (nowhere; a trained length beside it, as some list, which is not the window).
+
 Faults: `refuse` (read the request, close without answering), `reset` (read only the request's head, then
 reset the connection: a request still being written fails to get out; it is not recorded), `http500` (a
 llama-server-style JSON error; the step's text is its message), `malformed` (a `data: {not json` event mid-stream),
@@ -245,11 +251,34 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self._path()
+        owner = self._owner
+        stated = owner.n_ctx if owner.n_ctx is not None else 0
         if path in ("/v1/models", "/models"):
-            models = [
-                {"id": name, "object": "model", "created": 0, "owned_by": "scripted"} for name in self._owner.listed
+            models: list[dict[str, Any]] = [
+                {"id": name, "object": "model", "created": 0, "owned_by": owner.like} for name in owner.listed
             ]
+            for entry in models:
+                if owner.like in ("vllm", "sglang") and stated:
+                    entry.update(root=entry["id"], max_model_len=stated)
+                elif owner.like == "openai":
+                    entry["meta"] = {"n_ctx_train": 131072}  # the trained length, not the window
             self._send_json(200, {"object": "list", "data": models})
+        elif path == "/api/ps" and owner.like.startswith("ollama"):
+            running = [] if owner.like == "ollama-idle" else owner.listed
+            self._send_json(200, {"models": [{"name": n, "model": n, "context_length": stated} for n in running]})
+        elif path == "/api/v1/models" and owner.like == "lmstudio":
+            instances = [{"id": owner.model, "config": {"context_length": stated}}]
+            listed = [
+                {"type": "llm", "key": n, "max_context_length": 131072, "loaded_instances": instances}
+                for n in owner.listed
+            ]
+            self._send_json(200, {"models": listed})
+        elif path == "/api/v0/models" and owner.like == "lmstudio-0.3":
+            listed = [
+                {"id": n, "state": "loaded", "max_context_length": 131072, "loaded_context_length": stated}
+                for n in owner.listed
+            ]
+            self._send_json(200, {"object": "list", "data": listed})
         elif path in ("/health", "/v1/health"):
             self._send_json(200, {"status": "ok"})
         elif path == "/props" and self._owner.server_api:
@@ -269,6 +298,10 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         if path in ("/tokenize", "/apply-template") and owner.server_api:
             self._server_api(path, raw)
+            return
+        if path == "/api/show" and owner.like.startswith("ollama"):
+            parameters = f'num_ctx {owner.n_ctx}\nstop "<|im_end|>"' if owner.n_ctx else 'stop "<|im_end|>"'
+            self._send_json(200, {"parameters": parameters, "model_info": {"qwen3.context_length": 131072}})
             return
         if path not in ("/v1/chat/completions", "/chat/completions"):
             self._error(404, f"File Not Found: {path}", "not_found_error")
@@ -498,6 +531,9 @@ class _Answer:
         }
 
 
+LIKE = ("llama.cpp", "vllm", "sglang", "ollama", "ollama-idle", "lmstudio", "lmstudio-0.3", "openai")
+
+
 class ScriptedServer:
     """The scripted server, running in a background thread while used as a context manager."""
 
@@ -514,12 +550,16 @@ class ScriptedServer:
         server_api: bool | None = None,
         server_api_delay: float = 0.0,
         server_api_held: threading.Event | None = None,
+        like: str = "llama.cpp",
     ) -> None:
+        if like not in LIKE:
+            raise ValueError(f"unknown server {like!r}; known: {', '.join(LIKE)}")
         self.model = model
         self.n_ctx = n_ctx
+        self.like = like
         self.server_api_delay = server_api_delay
         self.server_api_held = server_api_held
-        self.server_api = n_ctx is not None if server_api is None else server_api
+        self.server_api = (n_ctx is not None and like == "llama.cpp") if server_api is None else server_api
         self.listed = list(listed) if listed is not None else [model]
         self._host = host
         self.when_empty = when_empty or Step(text="(script empty)")

@@ -1,8 +1,10 @@
 """Requests that fit: the model's context window, and the size of a request in tokens before it is sent.
 
-The window is what the server says (llama.cpp's ``/props`` ``n_ctx``), asked when an endpoint is first used,
-after its URL changed and then every :data:`WINDOW_KEPT_SECONDS`; where the server does not say, the
-endpoint's configured ``context_window``. A request's size is counted with the server's own chat template and
+The window is what the server says (``chat.agent.windows``: llama.cpp, vLLM, SGLang, Ollama and LM Studio each
+say it in their own place), asked when an endpoint is first used, after its URL changed, every
+:data:`WINDOW_KEPT_SECONDS`, after the server could not be reached, and before a request is refused or compacted
+for its size (the server may have restarted with a larger window); where the server does not say, the endpoint's
+configured ``context_window``. A request's size is counted with the server's own chat template and
 tokenizer where it offers them (``/apply-template`` then ``/tokenize``), else estimated: the tokens the server
 reported for the last request, scaled by the bytes this one shares with it, plus the new bytes at the session's
 measured bytes per token (``loop.json`` ``bytes_per_token_before_usage`` before any request has usage). Well below
@@ -15,17 +17,17 @@ import hashlib
 import logging
 import math
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
 from django.utils import timezone
 
-from chat.agent import server_api
+from chat.agent import server_api, windows
 from sessions_app import prompts
 from sessions_app.models import ChatSession, LastRequest, ModelEndpoint, ModelRequest, RequestStatus
 from sessions_app.selectors.requests import BuiltRequest
 from sessions_app.services.requests import shared_prefix_bytes
-from sessions_app.services.setup import endpoint_window_record
+from sessions_app.services.setup import endpoint_window_forget, endpoint_window_record
 
 logger = logging.getLogger(__name__)
 
@@ -40,21 +42,42 @@ EXACT_FROM = 0.7
 
 @dataclass(frozen=True)
 class Window:
-    """An endpoint's context window in tokens: the one used, the configured one, and what the server said."""
+    """An endpoint's context window in tokens: the one used, the configured one, what the server said, where it
+    said it and when."""
 
     tokens: int
     configured: int
     read: int | None
+    how: str = ""
+    read_at: datetime | None = None
 
     @property
     def source(self) -> str:
         return "read from the server" if self.read else "configured"
 
+    @property
+    def described(self) -> str:
+        """Where the window comes from, for a person: what was read, where and when, or that it is configured."""
+        if self.read:
+            when = f" at {self.read_at:%H:%M} UTC on {self.read_at:%Y-%m-%d}" if self.read_at else ""
+            return f"read from the server ({self.how}){when}" if self.how else f"read from the server{when}"
+        if self.read_at:
+            asked = f"{self.read_at:%H:%M} UTC"
+            return f"as configured for this endpoint: the server did not state its own when asked at {asked}"
+        return "as configured for this endpoint: the server has not been asked"
+
 
 def window_of(endpoint: ModelEndpoint) -> Window:
     """The window as last read, asking nothing."""
-    read = endpoint.server_context_window if endpoint.server_window_url == endpoint.base_url else None
-    return Window(tokens=endpoint.window, configured=endpoint.context_window, read=read)
+    here = endpoint.server_window_url == endpoint.base_url
+    read = endpoint.server_context_window if here else None
+    return Window(
+        tokens=endpoint.window,
+        configured=endpoint.context_window,
+        read=read,
+        how=endpoint.server_window_how if read else "",
+        read_at=endpoint.server_window_read_at if here else None,
+    )
 
 
 def _stale(endpoint: ModelEndpoint) -> bool:
@@ -63,24 +86,40 @@ def _stale(endpoint: ModelEndpoint) -> bool:
     return timezone.now() - endpoint.server_window_read_at > timedelta(seconds=WINDOW_KEPT_SECONDS)
 
 
-def endpoint_window(endpoint: ModelEndpoint, *, refresh: bool = False, timeout: float = WINDOW_TIMEOUT) -> Window:
+def endpoint_window(
+    endpoint: ModelEndpoint, *, model: str = "", refresh: bool = False, timeout: float = WINDOW_TIMEOUT
+) -> Window:
     """The endpoint's window, asking its server first where the last answer is old, from another URL, or
-    ``refresh`` is set. A server that cannot be reached leaves what was read before."""
+    ``refresh`` is set (for ``model``, else the endpoint's). A server that cannot be reached leaves what was read
+    before."""
     if refresh or _stale(endpoint):
         url = endpoint.base_url
         try:
-            props = server_api.props(url, api_key=endpoint.api_key or None, timeout=timeout)
+            found = windows.read_window(
+                url, model=model or endpoint.model, api_key=endpoint.api_key or None, timeout=timeout
+            )
         except server_api.ServerAPIError as error:
             logger.debug("endpoint %s: cannot read the context window: %s", endpoint.name, error)
         else:
-            endpoint_window_record(endpoint=endpoint, url=url, tokens=props.context_window if props else None)
+            endpoint_window_record(
+                endpoint=endpoint,
+                url=url,
+                tokens=found.tokens if found else None,
+                how=found.how if found else "",
+            )
     return window_of(endpoint)
 
 
 def window_learned(endpoint: ModelEndpoint, tokens: int) -> Window:
     """Keep the window a server stated in an error (llama.cpp's ``n_ctx`` when it refuses a request)."""
-    endpoint_window_record(endpoint=endpoint, url=endpoint.base_url, tokens=tokens)
+    endpoint_window_record(endpoint=endpoint, url=endpoint.base_url, tokens=tokens, how="the server's refusal")
     return window_of(endpoint)
+
+
+def window_forget(endpoint: ModelEndpoint) -> None:
+    """Ask the window again before its next use: the server could not be reached, and may come back another."""
+    endpoint_window_forget(endpoint=endpoint)
+    server_api.forget(endpoint.base_url)
 
 
 @dataclass(frozen=True)
@@ -92,13 +131,14 @@ class CountedSize:
 
 
 class RequestTooLarge(Exception):
-    """A request that cannot fit the model's window, even after compacting; ``str()`` says what to do."""
+    """A request that cannot fit the model's window, even after compacting; ``str()`` says what to do, and where
+    the window came from."""
 
-    def __init__(self, needed: int, window: int) -> None:
+    def __init__(self, needed: int, window: int, *, source: str = "") -> None:
         self.needed = needed
         self.window = window
         text = prompts.loop_settings().too_large_text
-        super().__init__(text.format(needed=f"{needed:,}", window=f"{window:,}"))
+        super().__init__(text.format(needed=f"{needed:,}", window=f"{window:,}", source=source or "as configured"))
 
 
 @dataclass(frozen=True)
@@ -182,7 +222,7 @@ class RequestCounter:
         return size.tokens > self.auto_at * self.window.tokens
 
     def too_large(self, size: CountedSize) -> RequestTooLarge:
-        return RequestTooLarge(size.tokens, self.window.tokens)
+        return RequestTooLarge(size.tokens, self.window.tokens, source=self.window.described)
 
 
 def estimate_tokens(body: bytes, *, last_body: bytes, last_tokens: int, bytes_per_token: float) -> int:

@@ -36,7 +36,7 @@ from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from chat.agent import server_api
-from chat.agent.budget import RequestCounter, RequestTooLarge, endpoint_window, window_learned
+from chat.agent.budget import RequestCounter, RequestTooLarge, endpoint_window, window_forget, window_learned
 from chat.agent.cache_check import CacheCheck, check_request
 from chat.agent.events import (
     BranchFlipped,
@@ -65,6 +65,7 @@ from chat.agent.model import (
     ModelClient,
     ModelContextExceeded,
     ModelError,
+    ModelUnavailable,
     ReasoningPiece,
     TextPiece,
     Timeouts,
@@ -218,6 +219,7 @@ class ReplyLoop:
         self._history: RequestBuilder | None = None  # the next turn's history, read for the compaction check
         self._open: Turn | None = None
         self._counter: RequestCounter | None = None
+        self._window_asked = False  # asked again in this action, before compacting or refusing for size
         self._checks: list[_PendingCheck] = []
         self._last_unkept = False
         self._client: ModelClient | None = None
@@ -248,6 +250,7 @@ class ReplyLoop:
                 self._history = None
                 self._open = None
                 self._counter = None
+                self._window_asked = False
 
     def _keep_last_request(self) -> None:
         if not self._last_unkept or self._previous is None:
@@ -277,8 +280,22 @@ class ReplyLoop:
     def counter(self) -> RequestCounter:
         """Counts this action's requests against the endpoint's window (asked of the server when it is old)."""
         if self._counter is None:
-            self._counter = RequestCounter(self.session, window=endpoint_window(self.session.endpoint))
+            window = endpoint_window(self.session.endpoint, model=self.session.model_name)
+            self._counter = RequestCounter(self.session, window=window)
         return self._counter
+
+    def _window_grew(self) -> bool:
+        """Ask the server its window again, once an action, before compacting or refusing for size (it may have
+        restarted with a larger one); whether the window changed."""
+        if self._window_asked:
+            return False
+        self._window_asked = True
+        before = self.counter.window.tokens
+        after = endpoint_window(self.session.endpoint, model=self.session.model_name, refresh=True)
+        if after.tokens == before:
+            return False
+        self._counter = None
+        return True
 
     def next_request(self) -> BuiltRequest:
         """The request the next step would send: of the open reply, or else the next turn's history."""
@@ -407,6 +424,8 @@ class ReplyLoop:
         counter = self.counter
         history = RequestBuilder(self.session, model_name=self.session.model_name, current=None)
         first = history.build(extra_user=message)
+        if counter.past_threshold(counter.count(first)) and self._window_grew():
+            counter = self.counter
         if not counter.past_threshold(counter.count(first)):
             self._history = history  # the turn's first request starts from the same history, read once
             return
@@ -428,6 +447,11 @@ class ReplyLoop:
         size = counter.count(built)
         if counter.fits(size) or size.how == "guess":
             return built  # a guess, with nothing measured yet, does not refuse: the server judges
+        if self._window_grew():
+            counter = self.counter
+            size = counter.count(built)
+            if counter.fits(size):
+                return built
         generation = current_generation(self.session)
         resumed = generation.resumes_after_step if generation.covers_through_turn == turn.number else None
         candidates: list[int] = list(range(step_number - 2, (resumed if resumed is not None else -1), -1))
@@ -517,6 +541,12 @@ class ReplyLoop:
             _finish(request, error.partial, started=started, error=str(error))
             if isinstance(error, ModelContextExceeded) and error.n_ctx:
                 window_learned(session.endpoint, error.n_ctx)
+                self._counter = None
+            elif isinstance(error, ModelContextExceeded):  # refused for length without saying the window
+                endpoint_window(session.endpoint, model=session.model_name, refresh=True)
+                self._counter = None
+            elif isinstance(error, ModelUnavailable):  # it may come back restarted, with another window
+                window_forget(session.endpoint)
                 self._counter = None
             yield RequestFinished(request)
             raise

@@ -166,6 +166,18 @@ def _ask(
         return client.request(method, url, json=payload, content=content, headers=headers, timeout=timeout)
 
 
+def get_json(base_url: str, path: str, *, api_key: str | None = None, timeout: float = TIMEOUT) -> Any | None:
+    """The server's JSON answer to a GET of ``path`` (from its root); ``None`` where it does not offer it."""
+    return _call(base_url, path, api_key=api_key, payload=None, timeout=timeout)
+
+
+def post_json(
+    base_url: str, path: str, payload: dict[str, Any], *, api_key: str | None = None, timeout: float = TIMEOUT
+) -> Any | None:
+    """The server's JSON answer to a POST of ``payload`` to ``path``; ``None`` where it does not offer it."""
+    return _call(base_url, path, api_key=api_key, payload=payload, timeout=timeout)
+
+
 def _positive_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 

@@ -13,6 +13,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
 
+from chat.agent.budget import Window, window_of
 from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.tools import tool_list
 from chat.web import fragments
@@ -128,6 +129,11 @@ def session_models(request: HttpRequest, session_id: int) -> HttpResponse:
     return render(request, "chat/_model_choices.html", {"form": form, "session": session})
 
 
+def window_text(window: Window) -> str:
+    """The context window the chart is drawn against, and where it comes from (read, or configured)."""
+    return f"Context window: {window.tokens:,} tokens, {window.described}."
+
+
 @login_required
 @require_GET
 def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
@@ -145,6 +151,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         "running": running,
         "modes": Mode.choices,
         "chart": fragments.chart_markup(session, requests, more=more, first_index=first_index),
+        "window_text": window_text(window_of(session.endpoint)),
         "ws_path": f"/ws/sessions/{session.pk}/",
         "read_only": str(refused) if refused is not None else "",
         "max_message_bytes": settings.CACHET_MAX_MESSAGE_BYTES,

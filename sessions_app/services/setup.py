@@ -97,12 +97,24 @@ def admin_seed(*, username: str = "admin") -> str | None:
 
 
 @transaction.atomic
-def endpoint_window_record(*, endpoint: ModelEndpoint, url: str, tokens: int | None) -> ModelEndpoint:
-    """Keep what the server at ``url`` says its context window is (``None``: it does not say), and when it said it."""
+def endpoint_window_record(*, endpoint: ModelEndpoint, url: str, tokens: int | None, how: str = "") -> ModelEndpoint:
+    """Keep what the server at ``url`` says its context window is (``None``: it does not say), where it said it,
+    and when."""
     endpoint.server_context_window = tokens
     endpoint.server_window_url = url
+    endpoint.server_window_how = how if tokens else ""
     endpoint.server_window_read_at = timezone.now()
     ModelEndpoint.objects.filter(pk=endpoint.pk).update(
-        server_context_window=tokens, server_window_url=url, server_window_read_at=endpoint.server_window_read_at
+        server_context_window=tokens,
+        server_window_url=url,
+        server_window_how=endpoint.server_window_how,
+        server_window_read_at=endpoint.server_window_read_at,
     )
+    return endpoint
+
+
+def endpoint_window_forget(*, endpoint: ModelEndpoint) -> ModelEndpoint:
+    """Have the window asked again before its next use (the server went away: it may come back with another)."""
+    endpoint.server_window_read_at = None
+    ModelEndpoint.objects.filter(pk=endpoint.pk).update(server_window_read_at=None)
     return endpoint

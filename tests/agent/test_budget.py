@@ -93,13 +93,16 @@ def test_room_for_the_answer_and_the_message_when_nothing_fits(chat_session: Cha
     assert counter.past_threshold(CountedSize(1601, "estimate")) and not counter.past_threshold(
         CountedSize(1600, "estimate")
     )
-    assert (
-        str(counter.too_large(CountedSize(5000, "tokenizer")))
-        == str(RequestTooLarge(5000, 2000))
-        == (
-            "This request needs 5,000 tokens and room for the answer; the model's context window is 2,000. "
-            "Compact now, start a new session, or use a model with a larger window."
-        )
+    read = session.endpoint.server_window_read_at
+    assert read is not None
+    assert str(counter.too_large(CountedSize(5000, "tokenizer"))) == (
+        "This request needs 5,000 tokens and room for the answer; the model's context window is 2,000 tokens, read "
+        f"from the server (llama.cpp /props n_ctx) at {read:%H:%M} UTC on {read:%Y-%m-%d}. Compact now, start a new "
+        "session, or use a model with a larger window."
+    )
+    assert str(RequestTooLarge(5000, 2000)) == (
+        "This request needs 5,000 tokens and room for the answer; the model's context window is 2,000 tokens, as "
+        "configured. Compact now, start a new session, or use a model with a larger window."
     )
 
 

@@ -4,6 +4,8 @@ llama.cpp does, every request the loop sends fits, compacting first where it mus
 from __future__ import annotations
 
 import json
+import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from sessions_app.models import (
 )
 from sessions_app.prompts import mode_text
 from sessions_app.services.sessions import session_set_mode, session_start
+from sessions_app.services.setup import endpoint_window_record
 from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
@@ -203,10 +206,12 @@ def test_a_request_that_cannot_fit_fails_before_it_is_sent_and_loses_nothing(
     turn = run(_loop(session).send(words)).turn
     assert turn.status == TurnStatus.FAILED
     assert turn.error.startswith("This request needs ")
-    assert turn.error.endswith(
-        f"tokens and room for the answer; the model's context window is {N_CTX:,}. "
-        "Compact now, start a new session, or use a model with a larger window."
-    )
+    assert re.search(
+        f"tokens and room for the answer; the model's context window is {N_CTX:,} tokens, read from the server "
+        r"\(llama.cpp /props n_ctx\) at \d\d:\d\d UTC on \d{4}-\d\d-\d\d\. "
+        "Compact now, start a new session, or use a model with a larger window.$",
+        turn.error,
+    ), turn.error
     assert small.requests == [], "nothing was sent"
     assert Turn.objects.get(pk=turn.pk).words == words, "the message stays stored"
 
@@ -222,3 +227,29 @@ def test_a_refusal_by_the_server_is_a_clear_turn_error(user: Any, workspace: Wor
         "larger window."
     )
     assert ModelEndpoint.objects.get(pk=session.endpoint_id).window == 2000, "the window the refusal names is kept"
+
+
+def test_a_server_restarted_with_a_larger_window_is_asked_again_before_a_request_is_refused(
+    user: Any, workspace: Workspace, small: ScriptedServer
+) -> None:
+    session = _session(user, workspace, small, configured=N_CTX)
+    endpoint_window_record(endpoint=session.endpoint, url=small.base_url, tokens=2000, how="llama.cpp /props n_ctx")
+    small.push(Step(text="read it"))
+    turn = run(_loop(session).send("read this: " + FILLER * 1000)).turn  # over 2,000 tokens, well within 8,000
+    assert turn.status == TurnStatus.DONE, turn.error
+    endpoint = ModelEndpoint.objects.get(pk=session.endpoint_id)
+    assert (endpoint.window, endpoint.server_window_how) == (N_CTX, "llama.cpp /props n_ctx")
+
+
+def test_a_server_out_of_reach_has_its_window_asked_again_before_the_next_use(user: Any, workspace: Workspace) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    endpoint = ModelEndpoint.objects.create(name="gone", base_url=f"http://127.0.0.1:{port}/v1", model="scripted")
+    endpoint_window_record(endpoint=endpoint, url=endpoint.base_url, tokens=4096, how="llama.cpp /props n_ctx")
+    session = session_start(
+        owner=user, workspace=workspace, endpoint=endpoint, model_name="scripted", tools=tool_list(allow_commands=False)
+    )
+    turn = run(_loop(session).send("hello")).turn
+    assert turn.status == TurnStatus.FAILED and "Cannot reach" in turn.error, turn.error
+    assert ModelEndpoint.objects.get(pk=endpoint.pk).server_window_read_at is None

@@ -95,7 +95,10 @@ def test_start_up_says_each_endpoints_window_and_where_it_comes_from(settings: A
     with ScriptedServer(n_ctx=4096) as small, ScriptedServer(model="quiet") as quiet:
         ModelEndpoint.objects.create(name="quiet", base_url=quiet.base_url, context_window=16384)
         lines = serve(settings, tmp_path, url=small.base_url)
-    assert "Model endpoint default: context window 4,096 tokens, read from the server (configured 8,192)" in lines
+    assert (
+        "Model endpoint default: context window 4,096 tokens, read from the server (llama.cpp /props n_ctx; configured "
+        "8,192)" in lines
+    )
     assert (
         "Model endpoint quiet: context window 16,384 tokens, as configured (the server does not say its own)" in lines
     )

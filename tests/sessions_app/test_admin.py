@@ -322,7 +322,7 @@ def test_endpoints_show_the_configured_window_and_the_one_the_server_says(staff:
         never = ModelEndpoint.objects.create(name="never", base_url="http://127.0.0.1:9/v1", context_window=2048)
         endpoint_window(endpoint)
     listing = staff.get(reverse("admin:sessions_app_modelendpoint_changelist")).content.decode()
-    assert re.search(r"4,096 tokens \(asked \d{4}-\d\d-\d\d \d\d:\d\d UTC\)", listing)
+    assert re.search(r"4,096 tokens \(asked \d{4}-\d\d-\d\d \d\d:\d\d UTC; llama.cpp /props n_ctx\)", listing)
     page = staff.get(reverse("admin:sessions_app_modelendpoint_change", args=[endpoint.pk])).content.decode()
     assert 'name="context_window" value="8192"' in page
     assert "4,096 tokens (asked" in page

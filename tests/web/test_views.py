@@ -13,6 +13,7 @@ from chat.agent.loop import ReplyLoop
 from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
 from sessions_app.services.locks import reply_lock
 from sessions_app.services.sessions import session_start
+from sessions_app.services.setup import endpoint_window_record
 from sessions_app.services.turns import turn_start
 from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
@@ -197,6 +198,26 @@ def test_the_chat_page_shows_turns_tool_rows_and_the_chart(
     assert "<script>alert" not in html
     assert html.count('<g class="bar"') == 2
     assert "How long are the notes?" in html
+    assert re.search(
+        r"Context window: 8,192 tokens, as configured for this endpoint: the server did not state its own when asked "
+        r"at \d\d:\d\d UTC\.",
+        html,
+    ), "the scripted server states no window"
+
+
+def test_the_chat_page_says_where_the_window_was_read(ada: Client, live_session: ChatSession) -> None:
+    endpoint_window_record(
+        endpoint=live_session.endpoint,
+        url=live_session.endpoint.base_url,
+        tokens=32_768,
+        how="/v1/models max_model_len",
+    )
+    html = ada.get(f"/sessions/{live_session.pk}/").content.decode()
+    assert re.search(
+        r"Context window: 32,768 tokens, read from the server \(/v1/models max_model_len\) at \d\d:\d\d UTC on "
+        r"\d{4}-\d\d-\d\d\.",
+        html,
+    )
 
 
 def test_a_reply_has_copy_and_its_source_is_the_markdown_as_written(

@@ -110,7 +110,8 @@ def window_line(found: EndpointModels, window: Window) -> str:
     """The context window an endpoint's sessions are measured against, and where it comes from."""
     head = f"Model endpoint {found.endpoint.name}: context window {window.tokens:,} tokens"
     if window.read:
-        return f"{head}, read from the server (configured {window.configured:,})"
+        where = f"{window.how}; " if window.how else ""
+        return f"{head}, read from the server ({where}configured {window.configured:,})"
     return f"{head}, as configured (the server does not say its own)"
 
 
