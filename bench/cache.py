@@ -33,9 +33,14 @@ alternate turn by turn on one slot, with llama.cpp's host-memory prompt cache (`
 with today's one system prompt and with the old one whose first line named the workspace and the model
 ("before" issue 10's item 1, made by rewriting that line in the same requests).
 
+Then the same sessions alternate on one server of two slots (``--parallel 2``), placed by llama.cpp's own
+choice (the bodies as recorded) and by Cachet's (``id_slot``, from the same placement service the reply loop
+uses): processed tokens each way.
+
 The line ``cachet processed/minimum = R`` (R to 3 decimals, the worst template shape) is an interface.
 
-    python bench/cache.py [--quick] [--turns 30] [--layers 1] [--dim 32] [--threads 2]
+    python bench/cache.py [--quick] [--turns 30] [--session-turns 4] [--slots-only] [--layers 1] [--dim 32]
+        [--threads 2]
 """
 
 from __future__ import annotations
@@ -230,6 +235,7 @@ class Sent:
 class Recorded:
     workspace: str
     sent: list[Sent]
+    session_id: int = 0
 
     def by_turn(self) -> list[list[Sent]]:
         groups: list[list[Sent]] = []
@@ -344,7 +350,7 @@ def record_session(work: Path, name: str, actions: Sequence[Action]) -> Recorded
                     )
                 )
                 clock += timedelta(seconds=20)
-    return Recorded(workspace=name, sent=sent)
+    return Recorded(workspace=name, sent=sent, session_id=loop.session.pk)
 
 
 # --- the peers -------------------------------------------------------------------------------------------------
@@ -481,13 +487,19 @@ class Servers:
         self.threads = threads
 
     def run(
-        self, *, template: str | None = None, cache_ram_mib: int | None = None, model: Path | None = None
+        self,
+        *,
+        template: str | None = None,
+        cache_ram_mib: int | None = None,
+        model: Path | None = None,
+        parallel: int = 1,
     ) -> LlamaServer:
         from testing.llama import LlamaServer
 
         return LlamaServer(
             model or self.model,
-            ctx_size=CTX,
+            ctx_size=CTX * parallel,
+            parallel=parallel,
             threads=self.threads,
             n_predict=1,
             verbosity=0,
@@ -729,6 +741,61 @@ def run_alternation(servers: Servers, sessions: Sequence[Recorded], counts: Sequ
     return worst_first
 
 
+def run_slots(servers: Servers, sessions: Sequence[Recorded], counts: Sequence[int]) -> list[float]:
+    """Sessions alternating turn by turn on one server of two slots, placed by llama.cpp (as sent) or by Cachet
+    (``id_slot`` from ``sessions_app.services.placement``, as the reply loop asks); per count, Cachet's processed
+    tokens over llama.cpp's."""
+    from chat.agent.placement import Placed, placed_body
+    from sessions_app.models import ChatSession
+    from sessions_app.services.placement import slot_release, slot_take
+
+    print()
+    print("Sessions alternating turn by turn on two slots (--parallel 2, --cache-ram default), processed tokens:")
+    print(f"{'sessions':>8}  {'placed by':<12}{'processed':>14}{'per turn':>14}{'prompt time':>14}{'vs llama.cpp':>14}")
+    ratios: list[float] = []
+    for count in counts:
+        chosen = sessions[:count]
+        by_turn = [recorded.by_turn() for recorded in chosen]
+        rows = {recorded.session_id: ChatSession.objects.get(pk=recorded.session_id) for recorded in chosen}
+        processed: dict[str, int] = {}
+        for placer in ("llama.cpp", "cachet"):
+            server = servers.run(parallel=2)
+            totals = Totals()
+            previous: dict[int, int] = {}
+            session_turns = 0
+            try:
+                for turn in range(max(len(groups) for groups in by_turn)):
+                    for recorded, groups in zip(chosen, by_turn, strict=True):
+                        if turn >= len(groups):
+                            continue
+                        session_turns += 1
+                        for sent in groups[turn]:
+                            if placer == "llama.cpp":
+                                totals.add(send(server, sent.body))
+                                continue
+                            session = rows[recorded.session_id]
+                            taken = slot_take(
+                                session=session, url=server.base_url, slots=2, previous=previous.get(session.pk)
+                            )
+                            try:
+                                totals.add(send(server, placed_body(sent.body, Placed(server.base_url, taken.slot))))
+                            finally:
+                                if taken.slot is not None:
+                                    slot_release(url=server.base_url, slot=taken.slot)
+                                    previous[session.pk] = taken.slot
+            finally:
+                server.stop()
+            processed[placer] = totals.processed
+            versus = totals.processed / processed["llama.cpp"] if processed["llama.cpp"] else 0.0
+            print(
+                f"{count:>8}  {placer:<12}{totals.processed:>14,}{totals.processed / session_turns:>14,.0f}"
+                f"{_ms(totals.prompt_ms):>14}{versus:>13.2f}x",
+                flush=True,
+            )
+        ratios.append(processed["cachet"] / processed["llama.cpp"] if processed["llama.cpp"] else 0.0)
+    return ratios
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="6 turns, two alternating sessions of 2 turns")
@@ -736,9 +803,15 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--dim", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--session-turns", type=int, default=None, help="turns of each alternating session (4; quick 2)"
+    )
+    parser.add_argument(
+        "--slots-only", action="store_true", help="only the sessions alternating on two slots (Cachet's placement)"
+    )
     args = parser.parse_args()
     turns = args.turns or (6 if args.quick else 30)
-    alternation_turns = 2 if args.quick else 4
+    alternation_turns = args.session_turns or (2 if args.quick else 4)
     counts = (2,) if args.quick else (2, 4)
 
     started = time.monotonic()
@@ -751,14 +824,18 @@ def main() -> None:
     shapes, source = template_shapes(work, shape, model)
     print(f"model: {args.layers} layer(s) x {args.dim}, byte-level vocabulary; templates: {source}")
 
-    reference = record_session(work, "reference", reference_actions(turns))
     others = [record_session(work, f"team-{letter}", session_actions(alternation_turns)) for letter in "abcd"]
+    servers = Servers(model, args.threads)
+    if args.slots_only:
+        run_slots(servers, others, counts)
+        print(f"(all in {time.monotonic() - started:.0f} s)")
+        return
+    reference = record_session(work, "reference", reference_actions(turns))
     print(
         f"recorded: reference session {turns} turns + 1 undone, {len(reference.sent)} requests; "
         f"{len(others)} sessions of {alternation_turns} turns ({time.monotonic() - started:.0f} s)",
         flush=True,
     )
-    servers = Servers(model, args.threads)
     kept: list[Recorded] = []
 
     def one_call() -> Recorded:
@@ -768,6 +845,7 @@ def main() -> None:
 
     worst = run_reference(servers, reference, shapes, one_call)
     run_alternation(servers, others, counts)
+    run_slots(servers, others, counts)
     print()
     print(f"cachet processed/minimum = {worst:.3f}")
     print(f"(all in {time.monotonic() - started:.0f} s)")

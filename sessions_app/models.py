@@ -48,6 +48,13 @@ class ModelEndpoint(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     base_url = models.URLField(max_length=500)
+    replica_urls = models.TextField(
+        blank=True,
+        help_text=(
+            "More base URLs serving the same model, one per line: each session sticks to one, and moves to another "
+            "only when its own cannot be reached."
+        ),
+    )
     api_key = models.CharField(max_length=500, blank=True)
     model = models.CharField(max_length=200, blank=True)
     context_window = models.PositiveIntegerField(
@@ -70,6 +77,12 @@ class ModelEndpoint(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def urls(self) -> list[str]:
+        """The base URL and the replicas' (each once, in order)."""
+        listed = [self.base_url, *(line.strip() for line in self.replica_urls.splitlines())]
+        return list(dict.fromkeys(url for url in listed if url))
 
     @property
     def window(self) -> int:
@@ -320,6 +333,13 @@ class BreakCause(models.TextChoices):
     UNEXPECTED = "unexpected", "unexpected"
 
 
+class Moved(models.TextChoices):
+    """Why a request went to another server or slot than the session's request before."""
+
+    REPLICA = "replica", "replica"  # the session's replica could not be reached
+    SLOT = "slot", "slot"  # its slot was busy with another request, or holds another session's prefix now
+
+
 class CacheMiss(models.TextChoices):
     HARNESS = "harness", "harness"
     TEMPLATE = "template", "template"
@@ -340,6 +360,8 @@ class ModelRequest(models.Model):
     step_number = models.PositiveIntegerField(default=0)
     kind = models.CharField(max_length=12, choices=RequestKind.choices, default=RequestKind.REPLY)
     endpoint_url = models.CharField(max_length=500)
+    slot = models.PositiveSmallIntegerField(null=True, blank=True)  # the server slot asked for (``id_slot``)
+    moved = models.CharField(max_length=8, choices=Moved.choices, blank=True)
     model_name = models.CharField(max_length=200)
     body_sha256 = models.CharField(max_length=64)
     bytes_sent = models.PositiveIntegerField()
@@ -370,6 +392,24 @@ class ModelRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} request {self.pk}"
+
+
+class ServerSlot(models.Model):
+    """One slot of a model server as Cachet placed requests in it: whose prefix it holds (the session whose request
+    it ran last), when, and until when a request runs there (``busy_until``; a worker that died leaves it, and it
+    passes)."""
+
+    url = models.CharField(max_length=500)
+    slot = models.PositiveSmallIntegerField()
+    session = models.ForeignKey(ChatSession, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    used_at = models.DateTimeField(null=True, blank=True)
+    busy_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["url", "slot"], name="server_slot_once")]
+
+    def __str__(self) -> str:
+        return f"{self.url} slot {self.slot}"
 
 
 class LastRequest(models.Model):

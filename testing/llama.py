@@ -22,7 +22,8 @@ class LlamaServerError(RuntimeError):
 
 
 class LlamaServer:
-    """A llama-server on 127.0.0.1 with one slot, prompt caching and jinja chat templates.
+    """A llama-server on 127.0.0.1 with one slot (``parallel`` slots share ``ctx_size``), prompt caching and jinja
+    chat templates.
 
     ``cache_ram_mib`` sizes the host-memory prompt cache (llama-server's ``--cache-ram``; 0 switches it off,
     ``None`` keeps the server's default, 8192 MiB) and ``slot_prompt_similarity`` is ``--slot-prompt-similarity``
@@ -43,6 +44,7 @@ class LlamaServer:
         cache_ram_mib: int | None = None,
         slot_prompt_similarity: float | None = None,
         chat_template: str | None = None,
+        parallel: int = 1,
     ) -> None:
         self.model_path = Path(model_path)
         self.ctx_size = ctx_size
@@ -55,6 +57,7 @@ class LlamaServer:
         self.cache_ram_mib = cache_ram_mib
         self.slot_prompt_similarity = slot_prompt_similarity
         self.chat_template = chat_template
+        self.parallel = parallel
         self._server: Any = None
         self._address = ""
 
@@ -66,7 +69,7 @@ class LlamaServer:
         params.model.path = str(self.model_path)
         params.model_alias = {self.alias}
         params.n_ctx = self.ctx_size
-        params.n_parallel = 1
+        params.n_parallel = self.parallel  # slots; ``ctx_size`` is shared among them
         params.kv_unified = False
         params.cpuparams.n_threads = self.threads
         params.cpuparams_batch.n_threads = self.threads

@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
-from chat.agent import server_api
+from chat.agent import placement, server_api
 from chat.agent.budget import RequestCounter, RequestTooLarge, endpoint_window, window_forget, window_learned
 from chat.agent.cache_check import CacheCheck, check_request
 from chat.agent.events import (
@@ -220,6 +220,8 @@ class ReplyLoop:
         self._open: Turn | None = None
         self._counter: RequestCounter | None = None
         self._window_asked = False  # asked again in this action, before compacting or refusing for size
+        self._placed: placement.Placed | None = None  # where this action's last request went
+        self._avoid: frozenset[str] = frozenset()  # replicas this action could not reach
         self._checks: list[_PendingCheck] = []
         self._last_unkept = False
         self._client: ModelClient | None = None
@@ -251,6 +253,8 @@ class ReplyLoop:
                 self._open = None
                 self._counter = None
                 self._window_asked = False
+                self._placed = None
+                self._avoid = frozenset()
 
     def _keep_last_request(self) -> None:
         if not self._last_unkept or self._previous is None:
@@ -267,14 +271,33 @@ class ReplyLoop:
 
     @property
     def model(self) -> Model:
+        return self._model_at(self.session.endpoint.base_url)
+
+    def _model_at(self, url: str) -> Model:
         if self._given_model is not None:
             return self._given_model
-        endpoint = self.session.endpoint
         if self._client is None:
             self._client = new_client()
-        return HttpModel(
-            base_url=endpoint.base_url, api_key=endpoint.api_key or None, timeouts=self.timeouts, client=self._client
-        )
+        api_key = self.session.endpoint.api_key or None
+        return HttpModel(base_url=url, api_key=api_key, timeouts=self.timeouts, client=self._client)
+
+    def _place(self) -> placement.Placed:
+        """Where the next request goes: the session's replica and slot (``chat.agent.placement``)."""
+        if self._given_model is not None:
+            return placement.Placed(self.session.endpoint.base_url)
+        if self._placed is None:
+            self._placed = placement.last_placed(self.session)
+        self._placed = placement.place(self.session, previous=self._placed, avoid=self._avoid)
+        return self._placed
+
+    def _fail_over(self, placed: placement.Placed) -> bool:
+        """Leave a replica that could not be reached for another, where the endpoint has one left."""
+        urls = self.session.endpoint.urls
+        if len(urls) < 2 or placed.url in self._avoid or len(self._avoid) + 1 >= len(urls):
+            return False
+        placement.mark_down(placed.url)
+        self._avoid = self._avoid | {placed.url}
+        return True
 
     @property
     def counter(self) -> RequestCounter:
@@ -494,8 +517,9 @@ class ReplyLoop:
         else:  # only this action's own writes add breaks while it holds the lock, and they refresh the session
             self._previous = replace(self._previous, pending=tuple(session.pending_breaks or ()))
         previous_body = self._previous.body
+        placed = self._place()
         started = time.monotonic()
-        answer = self.model.stream(built.body, cancel=self.cancel)
+        answer = self._model_at(placed.url).stream(placement.placed_body(built.body, placed), cancel=self.cancel)
         answer.start(wait=False)  # on its way while its record is written
         try:
             request, self._previous = request_record_start(
@@ -504,7 +528,9 @@ class ReplyLoop:
                 step_number=step_number,
                 kind=kind,
                 built=built,
-                endpoint_url=session.endpoint.base_url,
+                endpoint_url=placed.url,
+                slot=placed.slot,
+                moved=placed.moved,
                 model_name=session.model_name,
                 previous=self._previous,
             )
@@ -516,6 +542,7 @@ class ReplyLoop:
         shown = turn if kind == RequestKind.REPLY else None  # a summary streams too, but is no step of the turn
         number = shown.number if shown is not None else 0
         streamed = _Streamed(saved_at=time.monotonic())
+        failed_over = False
         try:
             with self.waiting():  # from the request on: what runs meanwhile waits for the model anyway
                 answer.start()
@@ -539,7 +566,9 @@ class ReplyLoop:
             raise
         except ModelError as error:
             _finish(request, error.partial, started=started, error=str(error))
-            if isinstance(error, ModelContextExceeded) and error.n_ctx:
+            if isinstance(error, ModelUnavailable) and self._fail_over(placed):
+                failed_over = True
+            elif isinstance(error, ModelContextExceeded) and error.n_ctx:
                 window_learned(session.endpoint, error.n_ctx)
                 self._counter = None
             elif isinstance(error, ModelContextExceeded):  # refused for length without saying the window
@@ -549,9 +578,12 @@ class ReplyLoop:
                 window_forget(session.endpoint)
                 self._counter = None
             yield RequestFinished(request)
-            raise
+            if not failed_over:
+                raise
         finally:
             answer.close()
+        if failed_over:  # nothing reached the server: the same request goes to another replica
+            return (yield from self._ask(built, turn=turn, step_number=step_number, kind=kind, hold=hold))
         completion = answer.completion
         assert completion is not None, "a stream that ends without an error has its completion"
         if self._counter is not None:
@@ -800,6 +832,7 @@ def _finish(
         error=error,
         wait_for_disk=wait_for_disk,
     )
+    placement.release(request)
 
 
 def _as_now(context: ToolContext, session: ChatSession) -> ToolContext:

@@ -56,6 +56,12 @@ class Bar:
         return _cause_labels().get(cause, cause)
 
     @property
+    def marker(self) -> str:
+        """What is marked above the bar: why the prefix broke, else why the request went elsewhere ("replica",
+        "slot": the server's cache of the session was left behind)."""
+        return self.request.break_cause or self.request.moved
+
+    @property
     def miss_label(self) -> str:
         """The class of a cache shortfall with the tokens lost (and, for a template, the message), or "none"."""
         request = self.request
@@ -82,7 +88,10 @@ class Bar:
             f"bytes sent: {request.bytes_sent}",
             f"bytes shared with the request before: {request.shared_prefix_bytes}",
             f"prefix break: {self.cause_label or 'none'}",
+            f"sent to: {request.endpoint_url}" + (f", slot {request.slot}" if request.slot is not None else ""),
         ]
+        if request.moved:
+            lines.append(f"moved: {request.moved}")
         if request.expected_cached_tokens is not None:
             lines.append(f"expected cached: {request.expected_cached_tokens}")
             lines.append(f"cache miss: {self.miss_label}")
@@ -137,7 +146,7 @@ def bar_html(bar: Bar, *, window: int, auto_at: float) -> SafeString:
     and ``format_html`` per part cost three times as much."""
     request = bar.request
     tooltip = escape(bar.tooltip())
-    cause = escape(request.break_cause)
+    cause = escape(bar.marker)
     threshold = f"{HEIGHT * (1 - auto_at):.2f}"
     parts: list[str] = [
         f'<svg class="bar-svg" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" overflow="visible" '
@@ -171,7 +180,8 @@ def bar_html(bar: Bar, *, window: int, auto_at: float) -> SafeString:
             'vector-effect="non-scaling-stroke"/>'
         )
     parts.append("</g></svg>")
-    label = f'<span class="cause cause-{cause}">{escape(bar.cause_label)}</span>' if cause else _NO_CAUSE
+    shown = bar.cause_label if request.break_cause else request.moved
+    label = f'<span class="cause cause-{cause}">{escape(shown)}</span>' if cause else _NO_CAUSE
     return mark_safe(  # every text above is escaped
         f'<div class="chart-bar" id="bar-{request.pk}" data-order="{request.pk}" title="{tooltip}">{label}'
         f'{"".join(parts)}<span class="n">{bar.index}</span></div>'

@@ -96,6 +96,8 @@ def request_record_start(
     endpoint_url: str,
     model_name: str,
     previous: PreviousRequest,
+    slot: int | None = None,
+    moved: str = "",
 ) -> tuple[ModelRequest, PreviousRequest]:
     """Write the request's row before it is sent, with its prefix verdict against ``previous``; the
     request becomes what the next one is compared with (its bytes are kept by :func:`request_last_keep`).
@@ -122,6 +124,8 @@ def request_record_start(
         step_number=step_number,
         kind=kind,
         endpoint_url=storable(endpoint_url),
+        slot=slot,
+        moved=moved,
         model_name=storable(model_name),
         body_sha256=hashlib.sha256(built.body).hexdigest(),
         bytes_sent=len(built.body),

@@ -1,0 +1,112 @@
+"""Where a session's next request goes: one of its endpoint's replicas (URLs serving the same model) and, where
+that server reports several slots (llama.cpp's ``/props`` ``total_slots``), one slot of it
+(``sessions_app.services.placement``).
+
+A session sticks to its replica; a new one is given one by its number, so that sessions spread over the
+replicas. It moves only when its replica cannot be reached: that replica is then left alone for
+:data:`DOWN_SECONDS` by this process, and the request goes to the next one, recorded as moved ("replica").
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from time import monotonic
+
+from chat.agent import server_api
+from sessions_app.models import ChatSession, ModelRequest, Moved
+from sessions_app.services.placement import slot_release, slot_take
+
+SLOTS_KEPT_SECONDS = 60.0  # how long a server's slot count is trusted before it is asked again
+SLOTS_TIMEOUT = 3.0
+DOWN_SECONDS = 30.0
+
+_lock = threading.Lock()
+_slots: dict[str, tuple[float, int]] = {}  # url: (when asked, slots)
+_down: dict[str, float] = {}  # url: until when it is left alone
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where a request goes: the server's base URL, the slot asked for (``None``: the server chooses), and why
+    it is not where the session's request before went ("", "replica" or "slot")."""
+
+    url: str
+    slot: int | None = None
+    moved: str = ""
+
+
+def server_slots(url: str, *, api_key: str | None) -> int:
+    """How many slots the server at ``url`` has (1 where it does not say), asked at most every minute."""
+    with _lock:
+        known = _slots.get(url)
+    if known is not None and monotonic() - known[0] < SLOTS_KEPT_SECONDS:
+        return known[1]
+    try:
+        props = server_api.props(url, api_key=api_key, timeout=SLOTS_TIMEOUT)
+    except server_api.ServerAPIError:
+        return 1  # out of reach: the request says so
+    slots = props.total_slots if props is not None and props.total_slots else 1
+    with _lock:
+        _slots[url] = (monotonic(), slots)
+    return slots
+
+
+def mark_down(url: str) -> None:
+    """Leave the replica at ``url`` alone for a while: it could not be reached."""
+    with _lock:
+        _down[url] = monotonic() + DOWN_SECONDS
+        _slots.pop(url, None)
+
+
+def _up(url: str) -> bool:
+    with _lock:
+        return _down.get(url, 0.0) <= monotonic()
+
+
+def last_placed(session: ChatSession) -> Placed | None:
+    """Where the session's last request went."""
+    row = ModelRequest.objects.filter(session=session).order_by("-id").values_list("endpoint_url", "slot").first()
+    return Placed(row[0], row[1]) if row is not None else None
+
+
+def place(session: ChatSession, *, previous: Placed | None, avoid: frozenset[str] = frozenset()) -> Placed:
+    """Where ``session``'s next request goes, after ``previous`` (its request before), never to ``avoid``."""
+    endpoint = session.endpoint
+    urls = [url for url in endpoint.urls if url not in avoid] or endpoint.urls
+    up = [url for url in urls if _up(url)] or urls
+    moved = ""
+    if previous is not None and previous.url in up:
+        url = previous.url
+    else:
+        url = up[session.pk % len(up)]
+        if previous is not None and previous.url in endpoint.urls:
+            moved = Moved.REPLICA
+    slots = server_slots(url, api_key=endpoint.api_key or None)
+    if slots < 2:
+        return Placed(url, None, moved)
+    before = previous.slot if previous is not None and previous.url == url else None
+    taken = slot_take(session=session, url=url, slots=slots, previous=before)
+    return Placed(url, taken.slot, moved or taken.moved)
+
+
+def placed_body(body: bytes, placed: Placed) -> bytes:
+    """The request's bytes as sent to the slot: ``id_slot`` after everything else, so the prefix the server
+    compares is the conversation's."""
+    if placed.slot is None:
+        return body
+    assert body.endswith(b"}"), "a request body is a JSON object"
+    return body[:-1] + b',"id_slot":%d}' % placed.slot
+
+
+def release(request: ModelRequest) -> None:
+    """The request is over: its slot is free again."""
+    if request.slot is not None:
+        slot_release(url=request.endpoint_url, slot=request.slot)
+
+
+def forget() -> None:
+    """Forget every slot count and replica left alone (tests)."""
+    with _lock:
+        _slots.clear()
+        _down.clear()

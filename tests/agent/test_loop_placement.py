@@ -1,0 +1,108 @@
+"""Where a session's requests go: a slot of its own on a llama.cpp server with several (two sessions taking turns
+keep their prefixes), and another replica when its own cannot be reached (recorded, and marked on the chart)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chat.agent import placement
+from chat.agent.loop import ReplyLoop
+from chat.agent.model import Timeouts
+from chat.tools import tool_list
+from chat.web import chart
+from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, RequestStatus, TurnStatus, Workspace
+from sessions_app.services.sessions import session_start
+from testing.llama import LlamaServer
+from testing.scripted_server import ScriptedServer, Step
+from testing.tiny_gguf import ModelShape, write_model
+from tests.agent.loop_helpers import run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FAST = Timeouts(connect=2.0, first_token=60.0, between_chunks=60.0)
+SLOT_CONTEXT = 16384
+
+
+@pytest.fixture(autouse=True)
+def _placed_afresh() -> Iterator[None]:
+    placement.forget()
+    yield
+    placement.forget()
+
+
+def _session(user: Any, workspace: Workspace, endpoint: ModelEndpoint) -> ChatSession:
+    return session_start(
+        owner=user,
+        workspace=workspace,
+        endpoint=endpoint,
+        model_name=endpoint.model,
+        tools=tool_list(allow_commands=False),
+    )
+
+
+@pytest.fixture(scope="module")
+def two_slots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", ModelShape(ctx=SLOT_CONTEXT))
+    with LlamaServer(
+        model, ctx_size=2 * SLOT_CONTEXT, n_predict=4, alias="tiny", cache_ram_mib=0, parallel=2
+    ) as server:
+        yield server
+
+
+def test_two_sessions_taking_turns_on_two_slots_each_find_their_prefix(
+    user: Any, workspace: Workspace, two_slots: LlamaServer
+) -> None:
+    endpoint = ModelEndpoint.objects.create(
+        name="two", base_url=two_slots.base_url, model="tiny", context_window=SLOT_CONTEXT
+    )
+    sessions = [_session(user, workspace, endpoint) for _ in range(2)]
+    for turn in range(3):
+        for number, session in enumerate(sessions):
+            words = f"session {number} turn {turn}: " + " ".join(f"w{number}{turn}{i}" for i in range(100))
+            ran = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send(words))
+            assert ran.turn.status == TurnStatus.DONE, ran.turn.error
+    for session in sessions:
+        requests = list(ModelRequest.objects.filter(session=session).order_by("id"))
+        assert len({request.slot for request in requests}) == 1, "each session keeps one slot"
+        for returning in requests[1:]:  # the first request of each later turn, after the other session's turn
+            assert returning.prompt_tokens and returning.cached_tokens is not None
+            assert returning.cached_tokens >= 0.9 * returning.prompt_tokens, (
+                f"{returning.cached_tokens} of {returning.prompt_tokens} cached"
+            )
+    assert {request.slot for request in ModelRequest.objects.all()} == {0, 1}
+
+
+def test_a_replica_out_of_reach_moves_the_session_to_another_and_the_chart_marks_it(
+    user: Any, workspace: Workspace
+) -> None:
+    with ScriptedServer(model="m") as first, ScriptedServer(model="m") as second:
+        endpoint = ModelEndpoint.objects.create(
+            name="replicas", base_url=first.base_url, replica_urls=f"{second.base_url}\n", model="m"
+        )
+        session = _session(user, workspace, endpoint)
+        run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("hello"))
+        home = ModelRequest.objects.get(session=session).endpoint_url
+        other = second if home == first.base_url else first
+        (first if home == first.base_url else second).close()
+        other.push(Step(text="still here"))
+        turn = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("again")).turn
+    assert turn.status == TurnStatus.DONE and turn.reply_text == "still here", turn.error
+    _, failed, moved = ModelRequest.objects.filter(session=session).order_by("id")
+    assert (failed.endpoint_url, failed.status) == (home, RequestStatus.FAILED)
+    assert (moved.endpoint_url, moved.moved, moved.status) == (other.base_url, "replica", RequestStatus.DONE)
+    bar = chart.bar_html(chart.Bar(3, moved, None), window=8192, auto_at=0.8)
+    assert '<span class="cause cause-replica">replica</span>' in bar
+    assert f"sent to: {other.base_url}" in bar and "moved: replica" in bar
+
+
+def test_requests_to_a_server_of_one_slot_name_no_slot(user: Any, workspace: Workspace, tmp_path: Path) -> None:
+    with ScriptedServer(model="m", n_ctx=50_000) as server:
+        endpoint = ModelEndpoint.objects.create(name="one", base_url=server.base_url, model="m")
+        session = _session(user, workspace, endpoint)
+        run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("hello"))
+        assert b"id_slot" not in server.requests[0]
+    assert ModelRequest.objects.get(session=session).slot is None
