@@ -493,6 +493,7 @@ class Servers:
         cache_ram_mib: int | None = None,
         model: Path | None = None,
         parallel: int = 1,
+        slot_prompt_similarity: float | None = None,
     ) -> LlamaServer:
         from testing.llama import LlamaServer
 
@@ -506,6 +507,7 @@ class Servers:
             alias=MODEL,
             cache_ram_mib=cache_ram_mib,
             chat_template=template,
+            slot_prompt_similarity=slot_prompt_similarity,
         ).start()
 
 
@@ -751,7 +753,7 @@ def run_slots(servers: Servers, sessions: Sequence[Recorded], counts: Sequence[i
 
     print()
     print("Sessions alternating turn by turn on two slots (--parallel 2, --cache-ram default), processed tokens:")
-    print(f"{'sessions':>8}  {'placed by':<12}{'processed':>14}{'per turn':>14}{'prompt time':>14}{'vs llama.cpp':>14}")
+    print(f"{'sessions':>8}  {'placed by':<15}{'processed':>14}{'per turn':>14}{'prompt time':>14}{'vs llama.cpp':>14}")
     ratios: list[float] = []
     for count in counts:
         chosen = sessions[:count]
@@ -770,7 +772,7 @@ def run_slots(servers: Servers, sessions: Sequence[Recorded], counts: Sequence[i
                             continue
                         session_turns += 1
                         for sent in groups[turn]:
-                            if placer == "llama.cpp":
+                            if placer != "cachet":
                                 totals.add(send(server, sent.body))
                                 continue
                             session = rows[recorded.session_id]
@@ -788,7 +790,7 @@ def run_slots(servers: Servers, sessions: Sequence[Recorded], counts: Sequence[i
             processed[placer] = totals.processed
             versus = totals.processed / processed["llama.cpp"] if processed["llama.cpp"] else 0.0
             print(
-                f"{count:>8}  {placer:<12}{totals.processed:>14,}{totals.processed / session_turns:>14,.0f}"
+                f"{count:>8}  {placer:<15}{totals.processed:>14,}{totals.processed / session_turns:>14,.0f}"
                 f"{_ms(totals.prompt_ms):>14}{versus:>13.2f}x",
                 flush=True,
             )
