@@ -34,8 +34,9 @@ with today's one system prompt and with the old one whose first line named the w
 ("before" issue 10's item 1, made by rewriting that line in the same requests).
 
 Then the same sessions alternate on one server of two slots (``--parallel 2``), placed by llama.cpp's own
-choice (the bodies as recorded) and by Cachet's (``id_slot``, from the same placement service the reply loop
-uses): processed tokens each way.
+choice (the bodies as recorded) and by Cachet's (``id_slot``, from the same placement the reply loop uses), on a
+server without and with ``--slot-save-path`` (a prefix saved when its slot is taken over, put back when its
+session returns): processed tokens each way. The server-side ``--slot-save-path`` files go to a temporary folder.
 
 The line ``cachet processed/minimum = R`` (R to 3 decimals, the worst template shape) is an interface.
 
@@ -494,6 +495,7 @@ class Servers:
         model: Path | None = None,
         parallel: int = 1,
         slot_prompt_similarity: float | None = None,
+        slot_save_path: Path | None = None,
     ) -> LlamaServer:
         from testing.llama import LlamaServer
 
@@ -508,6 +510,7 @@ class Servers:
             cache_ram_mib=cache_ram_mib,
             chat_template=template,
             slot_prompt_similarity=slot_prompt_similarity,
+            slot_save_path=slot_save_path,
         ).start()
 
 
@@ -747,24 +750,29 @@ def run_slots(servers: Servers, sessions: Sequence[Recorded], counts: Sequence[i
     """Sessions alternating turn by turn on one server of two slots, placed by llama.cpp (as sent) or by Cachet
     (``id_slot`` from ``sessions_app.services.placement``, as the reply loop asks); per count, Cachet's processed
     tokens over llama.cpp's."""
-    from chat.agent.placement import Placed, placed_body
+    from chat.agent.placement import Placed, placed_body, take_slot
     from sessions_app.models import ChatSession
-    from sessions_app.services.placement import slot_release, slot_take
+    from sessions_app.services.placement import slot_release
 
     print()
     print("Sessions alternating turn by turn on two slots (--parallel 2, --cache-ram default), processed tokens:")
-    print(f"{'sessions':>8}  {'placed by':<15}{'processed':>14}{'per turn':>14}{'prompt time':>14}{'vs llama.cpp':>14}")
+    print(
+        f"{'sessions':>8}  {'placed by':<15}{'processed':>14}{'per turn':>14}{'prompt time':>14}{'wall time':>14}"
+        f"{'vs llama.cpp':>14}"
+    )
     ratios: list[float] = []
     for count in counts:
         chosen = sessions[:count]
         by_turn = [recorded.by_turn() for recorded in chosen]
         rows = {recorded.session_id: ChatSession.objects.get(pk=recorded.session_id) for recorded in chosen}
         processed: dict[str, int] = {}
-        for placer in ("llama.cpp", "cachet"):
-            server = servers.run(parallel=2)
+        for placer in ("llama.cpp", "cachet", "cachet + saves"):
+            saves = Path(tempfile.mkdtemp(prefix="cachet-slots-")) if placer == "cachet + saves" else None
+            server = servers.run(parallel=2, slot_save_path=saves)
             totals = Totals()
             previous: dict[int, int] = {}
             session_turns = 0
+            began = time.monotonic()
             try:
                 for turn in range(max(len(groups) for groups in by_turn)):
                     for recorded, groups in zip(chosen, by_turn, strict=True):
@@ -772,12 +780,16 @@ def run_slots(servers: Servers, sessions: Sequence[Recorded], counts: Sequence[i
                             continue
                         session_turns += 1
                         for sent in groups[turn]:
-                            if placer != "cachet":
+                            if placer == "llama.cpp":
                                 totals.add(send(server, sent.body))
                                 continue
                             session = rows[recorded.session_id]
-                            taken = slot_take(
-                                session=session, url=server.base_url, slots=2, previous=previous.get(session.pk)
+                            taken = take_slot(
+                                session,
+                                url=server.base_url,
+                                slots=2,
+                                previous=previous.get(session.pk),
+                                api_key=None,
                             )
                             try:
                                 totals.add(send(server, placed_body(sent.body, Placed(server.base_url, taken.slot))))
@@ -785,16 +797,17 @@ def run_slots(servers: Servers, sessions: Sequence[Recorded], counts: Sequence[i
                                 if taken.slot is not None:
                                     slot_release(url=server.base_url, slot=taken.slot)
                                     previous[session.pk] = taken.slot
+                wall = time.monotonic() - began  # the requests, and the slot saves and restores between them
             finally:
                 server.stop()
             processed[placer] = totals.processed
             versus = totals.processed / processed["llama.cpp"] if processed["llama.cpp"] else 0.0
             print(
                 f"{count:>8}  {placer:<15}{totals.processed:>14,}{totals.processed / session_turns:>14,.0f}"
-                f"{_ms(totals.prompt_ms):>14}{versus:>13.2f}x",
+                f"{_ms(totals.prompt_ms):>14}{wall:>13.1f}s{versus:>13.2f}x",
                 flush=True,
             )
-        ratios.append(processed["cachet"] / processed["llama.cpp"] if processed["llama.cpp"] else 0.0)
+        ratios.append(processed["cachet + saves"] / processed["llama.cpp"] if processed["llama.cpp"] else 0.0)
     return ratios
 
 

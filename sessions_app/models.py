@@ -412,6 +412,22 @@ class ServerSlot(models.Model):
         return f"{self.url} slot {self.slot}"
 
 
+class SlotSave(models.Model):
+    """A session's prefix saved out of a server's slot (llama.cpp's ``--slot-save-path``) when another session took
+    the slot over: ``tokens`` long, to be put back when the session returns."""
+
+    url = models.CharField(max_length=500)
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="+")
+    tokens = models.PositiveIntegerField(default=0)
+    saved_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["url", "session"], name="slot_save_once")]
+
+    def __str__(self) -> str:
+        return f"{self.url} session {self.session_id}"
+
+
 class LastRequest(models.Model):
     """The bytes of a session's last request, which the next one is compared with; read once per reply."""
 

@@ -28,6 +28,7 @@ class LlamaServer:
     ``cache_ram_mib`` sizes the host-memory prompt cache (llama-server's ``--cache-ram``; 0 switches it off,
     ``None`` keeps the server's default, 8192 MiB) and ``slot_prompt_similarity`` is ``--slot-prompt-similarity``
     (``None``: the default, 0.1). ``chat_template`` (jinja) replaces the model's own, as ``--chat-template-file``.
+    ``slot_save_path`` is ``--slot-save-path`` (slots saved to and restored from files there).
     """
 
     def __init__(
@@ -45,6 +46,7 @@ class LlamaServer:
         slot_prompt_similarity: float | None = None,
         chat_template: str | None = None,
         parallel: int = 1,
+        slot_save_path: Path | None = None,
     ) -> None:
         self.model_path = Path(model_path)
         self.ctx_size = ctx_size
@@ -58,6 +60,7 @@ class LlamaServer:
         self.slot_prompt_similarity = slot_prompt_similarity
         self.chat_template = chat_template
         self.parallel = parallel
+        self.slot_save_path = slot_save_path
         self._server: Any = None
         self._address = ""
 
@@ -70,6 +73,8 @@ class LlamaServer:
         params.model_alias = {self.alias}
         params.n_ctx = self.ctx_size
         params.n_parallel = self.parallel  # slots; ``ctx_size`` is shared among them
+        if self.slot_save_path is not None:
+            params.slot_save_path = str(self.slot_save_path).rstrip("/") + "/"  # llama-server's flag adds the "/"
         params.kv_unified = False
         params.cpuparams.n_threads = self.threads
         params.cpuparams_batch.n_threads = self.threads

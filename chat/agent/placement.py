@@ -5,6 +5,12 @@ that server reports several slots (llama.cpp's ``/props`` ``total_slots``), one 
 A session sticks to its replica; a new one is given one by its number, so that sessions spread over the
 replicas. It moves only when its replica cannot be reached: that replica is then left alone for
 :data:`DOWN_SECONDS` by this process, and the request goes to the next one, recorded as moved ("replica").
+
+Where a session takes over a slot that held another's prefix and the server saves slots (llama.cpp's
+``--slot-save-path``), that prefix is saved first, and a session that returns to a slot not holding its own has
+its saved prefix put back: measured on the generated model, a slot of 6,830 tokens saved in 60 ms and was put
+back in 33 ms, where computing it again took the returning request 4,816 tokens. A prefix under
+:data:`MIN_SAVED_TOKENS` is computed again instead.
 """
 
 from __future__ import annotations
@@ -15,11 +21,13 @@ from time import monotonic
 
 from chat.agent import server_api
 from sessions_app.models import ChatSession, ModelRequest, Moved
-from sessions_app.services.placement import slot_release, slot_take
+from sessions_app.services.placement import SlotTaken, slot_release, slot_saved, slot_take
 
 SLOTS_KEPT_SECONDS = 60.0  # how long a server's slot count is trusted before it is asked again
 SLOTS_TIMEOUT = 3.0
 DOWN_SECONDS = 30.0
+MIN_SAVED_TOKENS = 1024
+SLOT_FILE_TIMEOUT = 60.0  # a large model's slot is hundreds of megabytes
 
 _lock = threading.Lock()
 _slots: dict[str, tuple[float, int]] = {}  # url: (when asked, slots)
@@ -86,8 +94,36 @@ def place(session: ChatSession, *, previous: Placed | None, avoid: frozenset[str
     if slots < 2:
         return Placed(url, None, moved)
     before = previous.slot if previous is not None and previous.url == url else None
-    taken = slot_take(session=session, url=url, slots=slots, previous=before)
+    taken = take_slot(session, url=url, slots=slots, previous=before, api_key=endpoint.api_key or None)
     return Placed(url, taken.slot, moved or taken.moved)
+
+
+def slot_file(session_id: int) -> str:
+    """The file a session's prefix is saved in, under the server's ``--slot-save-path``."""
+    return f"cachet-session-{session_id}.bin"
+
+
+def take_slot(session: ChatSession, *, url: str, slots: int, previous: int | None, api_key: str | None) -> SlotTaken:
+    """Take a slot of the server at ``url`` for ``session``; where another session's prefix was in it, save that
+    first, and put the session's own saved prefix back (where the server saves slots)."""
+    taken = slot_take(session=session, url=url, slots=slots, previous=previous)
+    if taken.slot is None:
+        return taken
+    try:
+        if taken.evicted is not None:
+            saved = server_api.slot_action(
+                url, taken.slot, "save", slot_file(taken.evicted), api_key=api_key, timeout=SLOT_FILE_TIMEOUT
+            )
+            tokens = saved.get("n_saved") if saved is not None else None
+            if isinstance(tokens, int) and tokens >= MIN_SAVED_TOKENS:
+                slot_saved(url=url, session_id=taken.evicted, tokens=tokens)
+        if taken.saved_tokens >= MIN_SAVED_TOKENS:
+            server_api.slot_action(
+                url, taken.slot, "restore", slot_file(session.pk), api_key=api_key, timeout=SLOT_FILE_TIMEOUT
+            )
+    except server_api.ServerAPIError:
+        pass  # out of reach: the request says so
+    return taken
 
 
 def placed_body(body: bytes, placed: Placed) -> bytes:

@@ -178,6 +178,17 @@ def post_json(
     return _call(base_url, path, api_key=api_key, payload=payload, timeout=timeout)
 
 
+def slot_action(
+    base_url: str, slot: int, action: str, filename: str, *, api_key: str | None = None, timeout: float = TIMEOUT
+) -> dict[str, Any] | None:
+    """llama.cpp's slot ``save`` or ``restore`` (``POST /slots/{slot}?action=…``, where the server was started with
+    ``--slot-save-path``); ``None`` where it does not offer it or refused (a file that is not there)."""
+    data = _call(
+        base_url, f"/slots/{slot}?action={action}", api_key=api_key, payload={"filename": filename}, timeout=timeout
+    )
+    return data if isinstance(data, dict) else None
+
+
 def _positive_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 

@@ -17,17 +17,21 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_app.models import ChatSession, Moved, ServerSlot
+from sessions_app.models import ChatSession, Moved, ServerSlot, SlotSave
 
 BUSY_SECONDS = 900  # a request placed longer ago than this no longer holds its slot (its worker died)
 
 
 @dataclass(frozen=True)
 class SlotTaken:
-    """The slot a request asks for, and why it is not the one the session's request before asked for."""
+    """The slot a request asks for, why it is not the one the session's request before asked for, the session
+    whose prefix the slot held until now (another's: to save first, where the server can), and the tokens of this
+    session's own prefix saved earlier (to put back first; 0: none saved)."""
 
     slot: int | None  # None: every slot is busy, the server chooses
     moved: str  # "" or Moved.SLOT
+    evicted: int | None = None
+    saved_tokens: int = 0
 
 
 @transaction.atomic
@@ -46,14 +50,25 @@ def slot_take(*, session: ChatSession, url: str, slots: int, previous: int | Non
         chosen = min(free, key=lambda row: (row.used_at is not None, row.used_at or now, row.slot))
     else:
         return SlotTaken(None, Moved.SLOT if previous is not None else "")
+    holder = chosen.session_id
     chosen.session_id = session.pk
     chosen.used_at = now
     chosen.busy_until = now + timedelta(seconds=BUSY_SECONDS)
     chosen.save(update_fields=["session", "used_at", "busy_until"])
     moved = Moved.SLOT if previous is not None and chosen.slot != previous else ""
-    return SlotTaken(chosen.slot, moved)
+    if holder == session.pk:
+        return SlotTaken(chosen.slot, moved)
+    saved = SlotSave.objects.filter(url=url, session=session).values_list("tokens", flat=True).first()
+    return SlotTaken(chosen.slot, moved, evicted=holder, saved_tokens=saved or 0)
 
 
 def slot_release(*, url: str, slot: int) -> None:
     """The request placed in ``slot`` is over: the slot is free, and holds its session's prefix."""
     ServerSlot.objects.filter(url=url, slot=slot).update(busy_until=None, used_at=timezone.now())
+
+
+def slot_saved(*, url: str, session_id: int, tokens: int) -> None:
+    """The session's prefix, ``tokens`` long, is saved out of its slot on the server at ``url``."""
+    SlotSave.objects.update_or_create(
+        url=url, session_id=session_id, defaults={"tokens": tokens, "saved_at": timezone.now()}
+    )

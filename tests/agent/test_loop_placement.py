@@ -106,3 +106,30 @@ def test_requests_to_a_server_of_one_slot_name_no_slot(user: Any, workspace: Wor
         run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("hello"))
         assert b"id_slot" not in server.requests[0]
     assert ModelRequest.objects.get(session=session).slot is None
+
+
+def test_a_session_whose_slot_was_taken_over_has_its_prefix_put_back(
+    user: Any, workspace: Workspace, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", ModelShape(ctx=SLOT_CONTEXT))
+    saves = tmp_path / "slots"
+    saves.mkdir()
+    with LlamaServer(
+        model, ctx_size=2 * SLOT_CONTEXT, n_predict=4, alias="tiny", cache_ram_mib=0, parallel=2, slot_save_path=saves
+    ) as server:
+        endpoint = ModelEndpoint.objects.create(
+            name="saves", base_url=server.base_url, model="tiny", context_window=SLOT_CONTEXT
+        )
+        sessions = [_session(user, workspace, endpoint) for _ in range(3)]
+        for turn in range(2):
+            for number, session in enumerate(sessions):  # three sessions, two slots: each return finds it taken
+                words = f"session {number} turn {turn}: " + " ".join(f"w{number}{turn}{i}" for i in range(100))
+                ran = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send(words))
+                assert ran.turn.status == TurnStatus.DONE, ran.turn.error
+    assert sorted(path.name for path in saves.iterdir()) == [f"cachet-session-{s.pk}.bin" for s in sessions]
+    for session in sessions:
+        _, returning = ModelRequest.objects.filter(session=session).order_by("id")
+        assert returning.prompt_tokens and returning.cached_tokens is not None
+        assert returning.cached_tokens >= 0.9 * returning.prompt_tokens, (
+            f"{returning.cached_tokens} of {returning.prompt_tokens} cached"
+        )

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from chat.tools import tool_list
 from sessions_app.models import ChatSession, ModelEndpoint, ServerSlot, Workspace
-from sessions_app.services.placement import SlotTaken, slot_release, slot_take
+from sessions_app.services.placement import SlotTaken, slot_release, slot_saved, slot_take
 from sessions_app.services.sessions import session_start
 
 pytestmark = pytest.mark.django_db
@@ -37,7 +37,7 @@ def _taken(session: ChatSession, previous: int | None = None, slots: int = 2) ->
 def test_sessions_taking_turns_keep_their_own_slots(user: Any, workspace: Workspace, endpoint: ModelEndpoint) -> None:
     a, b = _sessions(user, workspace, endpoint, 2)
     assert _taken(a) == SlotTaken(0, "")
-    assert _taken(b) == SlotTaken(1, "")
+    assert _taken(b) == SlotTaken(1, "")  # never used: nothing to save
     for _ in range(3):
         assert _taken(a, previous=0) == SlotTaken(0, "")
         assert _taken(b, previous=1) == SlotTaken(1, "")
@@ -49,8 +49,9 @@ def test_a_session_whose_slot_was_taken_over_gets_the_least_recently_used_one(
     a, b, c = _sessions(user, workspace, endpoint, 3)
     _taken(a)
     _taken(b)
-    assert _taken(c) == SlotTaken(0, ""), "slot 0 was used least recently: c takes it over from a"
-    assert _taken(a, previous=0) == SlotTaken(1, "slot"), "a's prefix is held nowhere now"
+    assert _taken(c) == SlotTaken(0, "", evicted=a.pk), "slot 0 was used least recently: c takes it over from a"
+    slot_saved(url=URL, session_id=a.pk, tokens=2048)  # the worker saved a's prefix before c's request
+    assert _taken(a, previous=0) == SlotTaken(1, "slot", evicted=b.pk, saved_tokens=2048), "held nowhere: put back"
 
 
 def test_a_slot_busy_with_another_session_is_left_to_it(
@@ -65,4 +66,5 @@ def test_a_slot_busy_with_another_session_is_left_to_it(
     c = _sessions(user, workspace, endpoint, 1)[0]
     assert slot_take(session=c, url=URL, slots=2, previous=None) == SlotTaken(None, ""), "all busy: the server chooses"
     ServerSlot.objects.filter(url=URL, slot=1).update(busy_until=timezone.now() - timedelta(seconds=1))
-    assert slot_take(session=c, url=URL, slots=2, previous=None) == SlotTaken(1, ""), "a died worker's slot passes"
+    taken = slot_take(session=c, url=URL, slots=2, previous=None)
+    assert taken == SlotTaken(1, "", evicted=b.pk), "a died worker's slot passes"
