@@ -33,7 +33,7 @@ alternate turn by turn on one slot, with llama.cpp's host-memory prompt cache (`
 with today's one system prompt and with the old one whose first line named the workspace and the model
 ("before" issue 10's item 1, made by rewriting that line in the same requests).
 
-Then the same sessions alternate on one server of two slots (``--parallel 2``), placed by llama.cpp's own
+Then the same sessions alternate on one server of one slot and of two (``--parallel 2``), placed by llama.cpp's own
 choice (the bodies as recorded) and by Cachet's (``id_slot``, from the same placement the reply loop uses), on a
 server without and with ``--slot-save-path`` (a prefix saved when its slot is taken over, put back when its
 session returns): processed tokens each way. The server-side ``--slot-save-path`` files go to a temporary folder.
@@ -746,29 +746,43 @@ def run_alternation(servers: Servers, sessions: Sequence[Recorded], counts: Sequ
     return worst_first
 
 
-def run_slots(servers: Servers, sessions: Sequence[Recorded], counts: Sequence[int]) -> list[float]:
+def run_slots(servers: Servers, sessions: Sequence[Recorded], counts: Sequence[int], *, slots: int = 2) -> list[float]:
     """Sessions alternating turn by turn on one server of two slots, placed by llama.cpp (as sent) or by Cachet
     (``id_slot`` from ``sessions_app.services.placement``, as the reply loop asks); per count, Cachet's processed
-    tokens over llama.cpp's."""
+    tokens over llama.cpp's, and every way's processed tokens over the floor: the same sessions each on a server of
+    its own. Returns Cachet's (with saved slots) processed/floor per count."""
     from chat.agent.placement import Placed, placed_body, take_slot
     from sessions_app.models import ChatSession
     from sessions_app.services.placement import slot_release
 
     print()
-    print("Sessions alternating turn by turn on two slots (--parallel 2, --cache-ram default), processed tokens:")
+    print(
+        f"Sessions alternating turn by turn on {slots} slot(s) (--parallel {slots}, --cache-ram default), "
+        "processed tokens:"
+    )
     print(
         f"{'sessions':>8}  {'placed by':<15}{'processed':>14}{'per turn':>14}{'prompt time':>14}{'wall time':>14}"
         f"{'vs llama.cpp':>14}"
     )
     ratios: list[float] = []
+    alone: list[int] = []  # each session's tokens with a server to itself: the floor
+    placers = ("llama.cpp", "cachet", "cachet + saves") if slots > 1 else ("llama.cpp", "cachet + saves")
+    for recorded in sessions[: max(counts)]:
+        server = servers.run()
+        try:
+            alone.append(sum(send(server, sent.body).processed for sent in recorded.sent))
+        finally:
+            server.stop()
     for count in counts:
         chosen = sessions[:count]
         by_turn = [recorded.by_turn() for recorded in chosen]
         rows = {recorded.session_id: ChatSession.objects.get(pk=recorded.session_id) for recorded in chosen}
+        floor = sum(alone[:count])
+        print(f"{count:>8}  {'each alone':<15}{floor:>14,}{floor / sum(len(g) for g in by_turn):>14,.0f}", flush=True)
         processed: dict[str, int] = {}
-        for placer in ("llama.cpp", "cachet", "cachet + saves"):
+        for placer in placers:
             saves = Path(tempfile.mkdtemp(prefix="cachet-slots-")) if placer == "cachet + saves" else None
-            server = servers.run(parallel=2, slot_save_path=saves)
+            server = servers.run(parallel=slots, slot_save_path=saves)
             totals = Totals()
             previous: dict[int, int] = {}
             session_turns = 0
@@ -787,9 +801,10 @@ def run_slots(servers: Servers, sessions: Sequence[Recorded], counts: Sequence[i
                             taken = take_slot(
                                 session,
                                 url=server.base_url,
-                                slots=2,
+                                slots=slots,
                                 previous=previous.get(session.pk),
                                 api_key=None,
+                                saves=saves is not None,
                             )
                             try:
                                 totals.add(send(server, placed_body(sent.body, Placed(server.base_url, taken.slot))))
@@ -807,7 +822,12 @@ def run_slots(servers: Servers, sessions: Sequence[Recorded], counts: Sequence[i
                 f"{_ms(totals.prompt_ms):>14}{wall:>13.1f}s{versus:>13.2f}x",
                 flush=True,
             )
-        ratios.append(processed["cachet + saves"] / processed["llama.cpp"] if processed["llama.cpp"] else 0.0)
+        ratios.append(processed["cachet + saves"] / floor if floor else 0.0)
+        print(
+            f"{count:>8}  processed/floor: "
+            + ", ".join(f"{placer} {processed[placer] / floor:.2f}" for placer in placers),
+            flush=True,
+        )
     return ratios
 
 
@@ -842,7 +862,9 @@ def main() -> None:
     others = [record_session(work, f"team-{letter}", session_actions(alternation_turns)) for letter in "abcd"]
     servers = Servers(model, args.threads)
     if args.slots_only:
-        run_slots(servers, others, counts)
+        ratios = run_slots(servers, others, counts, slots=1) + run_slots(servers, others, counts, slots=2)
+        print()
+        print(f"cachet processed/floor = {max(ratios):.3f}")
         print(f"(all in {time.monotonic() - started:.0f} s)")
         return
     reference = record_session(work, "reference", reference_actions(turns))
@@ -860,7 +882,8 @@ def main() -> None:
 
     worst = run_reference(servers, reference, shapes, one_call)
     run_alternation(servers, others, counts)
-    run_slots(servers, others, counts)
+    run_slots(servers, others, counts, slots=1)
+    run_slots(servers, others, counts, slots=2)
     print()
     print(f"cachet processed/minimum = {worst:.3f}")
     print(f"(all in {time.monotonic() - started:.0f} s)")

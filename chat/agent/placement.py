@@ -1,5 +1,5 @@
 """Where a session's next request goes: one of its endpoint's replicas (URLs serving the same model) and, where
-that server reports several slots (llama.cpp's ``/props`` ``total_slots``), one slot of it
+that server reports slots (llama.cpp's ``/props`` ``total_slots``), one slot of it
 (``sessions_app.services.placement``).
 
 A session sticks to its replica; a new one is given one by its number, so that sessions spread over the
@@ -7,10 +7,11 @@ replicas. It moves only when its replica cannot be reached: that replica is then
 :data:`DOWN_SECONDS` by this process, and the request goes to the next one, recorded as moved ("replica").
 
 Where a session takes over a slot that held another's prefix and the server saves slots (llama.cpp's
-``--slot-save-path``), that prefix is saved first, and a session that returns to a slot not holding its own has
-its saved prefix put back: measured on the generated model, a slot of 6,830 tokens saved in 60 ms and was put
-back in 33 ms, where computing it again took the returning request 4,816 tokens. A prefix under
-:data:`MIN_SAVED_TOKENS` is computed again instead.
+``--slot-save-path``, asked once a minute with ``server_api.slot_saving``; on a server of one slot too), that
+prefix is saved first, and a session that returns to a slot not holding its own has its saved prefix put back:
+measured on the generated model, a slot of 6,830 tokens saved in 60 ms and was put back in 33 ms, where
+computing it again took the returning request 4,816 tokens. A prefix under :data:`MIN_SAVED_TOKENS` is computed
+again instead.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ MIN_SAVED_TOKENS = 1024
 SLOT_FILE_TIMEOUT = 60.0  # a large model's slot is hundreds of megabytes
 
 _lock = threading.Lock()
-_slots: dict[str, tuple[float, int]] = {}  # url: (when asked, slots)
+_slots: dict[str, tuple[float, int, bool]] = {}  # url: (when asked, slots or 0 where it says none, saves slots)
 _down: dict[str, float] = {}  # url: until when it is left alone
 
 
@@ -44,20 +45,22 @@ class Placed:
     moved: str = ""
 
 
-def server_slots(url: str, *, api_key: str | None) -> int:
-    """How many slots the server at ``url`` has (1 where it does not say), asked at most every minute."""
+def server_slots(url: str, *, api_key: str | None) -> tuple[int, bool]:
+    """How many slots the server at ``url`` has (0 where it does not say), and whether it saves them; asked at
+    most every minute."""
     with _lock:
         known = _slots.get(url)
     if known is not None and monotonic() - known[0] < SLOTS_KEPT_SECONDS:
-        return known[1]
+        return known[1], known[2]
     try:
         props = server_api.props(url, api_key=api_key, timeout=SLOTS_TIMEOUT)
+        slots = props.total_slots if props is not None and props.total_slots else 0
+        saves = slots > 0 and server_api.slot_saving(url, api_key=api_key, timeout=SLOTS_TIMEOUT)
     except server_api.ServerAPIError:
-        return 1  # out of reach: the request says so
-    slots = props.total_slots if props is not None and props.total_slots else 1
+        return 0, False  # out of reach: the request says so
     with _lock:
-        _slots[url] = (monotonic(), slots)
-    return slots
+        _slots[url] = (monotonic(), slots, saves)
+    return slots, saves
 
 
 def mark_down(url: str) -> None:
@@ -90,11 +93,12 @@ def place(session: ChatSession, *, previous: Placed | None, avoid: frozenset[str
         url = up[session.pk % len(up)]
         if previous is not None and previous.url in endpoint.urls:
             moved = Moved.REPLICA
-    slots = server_slots(url, api_key=endpoint.api_key or None)
-    if slots < 2:
+    api_key = endpoint.api_key or None
+    slots, saves = server_slots(url, api_key=api_key)
+    if slots < 1 or (slots == 1 and not saves):  # one slot and no saves: nothing to choose or keep
         return Placed(url, None, moved)
     before = previous.slot if previous is not None and previous.url == url else None
-    taken = take_slot(session, url=url, slots=slots, previous=before, api_key=endpoint.api_key or None)
+    taken = take_slot(session, url=url, slots=slots, previous=before, api_key=api_key, saves=saves)
     return Placed(url, taken.slot, moved or taken.moved)
 
 
@@ -103,11 +107,13 @@ def slot_file(session_id: int) -> str:
     return f"cachet-session-{session_id}.bin"
 
 
-def take_slot(session: ChatSession, *, url: str, slots: int, previous: int | None, api_key: str | None) -> SlotTaken:
-    """Take a slot of the server at ``url`` for ``session``; where another session's prefix was in it, save that
-    first, and put the session's own saved prefix back (where the server saves slots)."""
+def take_slot(
+    session: ChatSession, *, url: str, slots: int, previous: int | None, api_key: str | None, saves: bool
+) -> SlotTaken:
+    """Take a slot of the server at ``url`` for ``session``; where the server ``saves`` slots and another
+    session's prefix was in it, save that first, and put the session's own saved prefix back."""
     taken = slot_take(session=session, url=url, slots=slots, previous=previous)
-    if taken.slot is None:
+    if taken.slot is None or not saves:
         return taken
     try:
         if taken.evicted is not None:

@@ -189,6 +189,23 @@ def slot_action(
     return data if isinstance(data, dict) else None
 
 
+SLOT_PROBE_FILE = "cachet-probe-no-such-file.bin"
+
+
+def slot_saving(base_url: str, *, api_key: str | None = None, timeout: float = TIMEOUT) -> bool:
+    """Whether the server saves and restores slots (llama.cpp started with ``--slot-save-path``). Asked by
+    restoring a file that is not there: such a server refuses it as missing (400), another as not offered."""
+    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    url = server_root(base_url) + "/slots/0?action=restore"
+    try:
+        response = _ask(url, headers=headers, payload={"filename": SLOT_PROBE_FILE}, content=None, timeout=timeout)
+    except httpx.HTTPError as error:
+        raise ServerAPIError(f"Cannot ask {url}: {error.__class__.__name__}: {error}") from error
+    return response.status_code == 400
+
+
 def _positive_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 

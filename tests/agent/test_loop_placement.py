@@ -56,6 +56,7 @@ def two_slots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]
 def test_two_sessions_taking_turns_on_two_slots_each_find_their_prefix(
     user: Any, workspace: Workspace, two_slots: LlamaServer
 ) -> None:
+    assert placement.server_slots(two_slots.base_url, api_key=None) == (2, False), "two slots, none saved"
     endpoint = ModelEndpoint.objects.create(
         name="two", base_url=two_slots.base_url, model="tiny", context_window=SLOT_CONTEXT
     )
@@ -105,6 +106,7 @@ def test_requests_to_a_server_of_one_slot_name_no_slot(user: Any, workspace: Wor
         session = _session(user, workspace, endpoint)
         run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("hello"))
         assert b"id_slot" not in server.requests[0]
+        assert placement.server_slots(server.base_url, api_key=None) == (1, False)
     assert ModelRequest.objects.get(session=session).slot is None
 
 
@@ -117,6 +119,7 @@ def test_a_session_whose_slot_was_taken_over_has_its_prefix_put_back(
     with LlamaServer(
         model, ctx_size=2 * SLOT_CONTEXT, n_predict=4, alias="tiny", cache_ram_mib=0, parallel=2, slot_save_path=saves
     ) as server:
+        assert placement.server_slots(server.base_url, api_key=None) == (2, True)
         endpoint = ModelEndpoint.objects.create(
             name="saves", base_url=server.base_url, model="tiny", context_window=SLOT_CONTEXT
         )
