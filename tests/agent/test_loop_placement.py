@@ -136,3 +136,31 @@ def test_a_session_whose_slot_was_taken_over_has_its_prefix_put_back(
         assert returning.cached_tokens >= 0.9 * returning.prompt_tokens, (
             f"{returning.cached_tokens} of {returning.prompt_tokens} cached"
         )
+
+
+def test_a_llama_cpp_replica_that_goes_down_moves_its_session_to_the_other(
+    user: Any, workspace: Workspace, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", ModelShape(ctx=SLOT_CONTEXT))
+    first = LlamaServer(model, ctx_size=SLOT_CONTEXT, n_predict=4, alias="tiny", cache_ram_mib=0).start()
+    second = LlamaServer(model, ctx_size=SLOT_CONTEXT, n_predict=4, alias="tiny", cache_ram_mib=0).start()
+    try:
+        endpoint = ModelEndpoint.objects.create(
+            name="pair", base_url=first.base_url, replica_urls=second.base_url, model="tiny", context_window=8192
+        )
+        session = _session(user, workspace, endpoint)
+        ran = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("hello"))
+        assert ran.turn.status == TurnStatus.DONE, ran.turn.error
+        home = ModelRequest.objects.get(session=session).endpoint_url
+        down, other = (first, second) if home == first.base_url else (second, first)
+        down.stop()
+        ran = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("and again"))
+        assert ran.turn.status == TurnStatus.DONE, ran.turn.error
+        later = ModelRequest.objects.filter(session=session).order_by("-id").first()
+        assert later is not None and (later.endpoint_url, later.moved) == (other.base_url, "replica")
+        ran = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("once more"))
+        last = ModelRequest.objects.filter(session=session).order_by("-id").first()
+        assert last is not None and (last.endpoint_url, last.moved) == (other.base_url, ""), "it stays there"
+    finally:
+        first.stop()
+        second.stop()
