@@ -48,8 +48,8 @@ PASSING = {
         {
             "user": "hi",
             "expect_contains": [
-                "hi\n\n<note>\nYou are working in the workspace ",
-                "\n\nToday's date is 2026-11-29.\n</note>",
+                "hi\n\n<note>\nWorkspace: ",
+                "\n\nDate: 2026-11-29.\n</note>",
             ],
         }
     ],
@@ -126,7 +126,7 @@ def test_cases_pass_where_a_real_workspace_is_named_workspace(tmp_path: Path) ->
     case = {
         "name": "the first note names the case's workspace",
         "spec": "§10",
-        "steps": [{"user": "hi", "expect_contains": ['You are working in the workspace "workspace".']}],
+        "steps": [{"user": "hi", "expect_contains": ['Workspace: "workspace".']}],
     }
     code, lines, _ = run(write(tmp_path, "named.json", [case]))
     assert (code, lines[-1]) == (0, "1 passed, 0 failed")
@@ -200,7 +200,7 @@ def test_a_compact_step_answers_the_summary_a_reply_asks_for_when_its_window_is_
     ]
     workspace = {"a.txt": {"lines": 600, "line": "alpha {n}"}, "b.txt": {"lines": 300, "line": "omega {n}"}}
     went_on = {"request": True, "expect_roles": ["system", "user", "assistant", "tool"]}  # the reply, from b.txt on
-    inside = {"name": "inside", "spec": "§7", "window": 6200, "workspace": workspace, "steps": [*steps, went_on]}
+    inside = {"name": "inside", "spec": "§7", "window": 5200, "workspace": workspace, "steps": [*steps, went_on]}
     covered = {"request": True, "expect_roles": ["system"]}  # every turn summarized
     after = {"name": "after", "spec": "§7", "workspace": workspace, "steps": [*steps, covered]}
     code, lines, _ = run(write(tmp_path, "window.json", [inside, after]))

@@ -1,11 +1,12 @@
 """The tools' schemas, read from ``loop.json`` ``context.tools``: one table for what the model is offered (the OpenAI
 ``tools`` format) and for what a call's arguments are checked against (:mod:`chat.tools.args`).
 
-A parameter there has a ``type`` (``string``, ``integer``, ``boolean``, ``array``) and a ``description``, and
-may have ``required``, ``default``, ``minimum`` and ``most`` (an integer above it is taken as it), ``format``
-(``result_id``: a result's id, as hex or a number), ``expected`` (the ``context.errors`` text naming the wanted
-type) and, for an array of objects, ``items``. Texts, defaults and ``most`` may name the numbers of
-:class:`SchemaValues` (``{read_window}``); a description may also name its parameter's ``{default}`` and
+A parameter there has a ``type`` (``string``, ``integer``, ``boolean``, ``array``) and may have a
+``description`` (offered only where the name and the tool's description leave something unsaid), ``required``,
+``default``, ``minimum`` and ``most`` (an integer above it is taken as it), ``format`` (``result_id``: a
+result's id, as hex or a number), ``expected`` (the ``context.errors`` text naming the wanted type) and, for an
+array of objects, ``items``. Texts, defaults and ``most`` may name the numbers of :class:`SchemaValues`
+(``{read_window}``); a description may also name its parameter's ``{default}`` and
 ``{most}``. Only names, types, descriptions and what is required are offered to the model.
 """
 
@@ -48,7 +49,9 @@ class Parameter:
     items: tuple[Parameter, ...] = ()
 
     def offered(self) -> dict[str, Any]:
-        offered: dict[str, Any] = {"type": self.type, "description": self.description}
+        offered: dict[str, Any] = {"type": self.type}
+        if self.description:
+            offered["description"] = self.description
         if self.items:
             offered["items"] = {"type": "object", **_properties(self.items)}
         return offered
@@ -109,7 +112,7 @@ def _parameter(name: str, spec: Mapping[str, Any], named: dict[str, int], where:
     return Parameter(
         name=name,
         type=cast(ParameterType, kind),
-        description=str(spec["description"]).format(**named, **shown),
+        description=str(spec.get("description", "")).format(**named, **shown),
         required=bool(spec.get("required", False)),
         default=default,
         minimum=minimum,

@@ -107,7 +107,7 @@ def test_room_for_the_answer_and_the_message_when_nothing_fits(chat_session: Cha
 
 
 def test_well_below_the_window_a_measured_estimate_is_not_checked_with_the_server(chat_session: ChatSession) -> None:
-    with ScriptedServer(n_ctx=4000) as small:
+    with ScriptedServer(n_ctx=3000) as small:
         ModelEndpoint.objects.filter(pk=chat_session.endpoint_id).update(base_url=small.base_url)
         session = ChatSession.objects.select_related("endpoint").get(pk=chat_session.pk)
         counter = RequestCounter(session, window=endpoint_window(session.endpoint))
@@ -115,5 +115,5 @@ def test_well_below_the_window_a_measured_estimate_is_not_checked_with_the_serve
         assert counter.count(first).how == "tokenizer", "nothing measured yet"
         counter.learned(first.body, len(tokenize(render_prompt(json.loads(first.body)))))
         assert counter.count(first).how == "estimate", "well below 70 % of the window"
-        near = build_request(session, current=None, model_name="scripted", extra_user="word, " * 200)
+        near = build_request(session, current=None, model_name="scripted", extra_user="word, " * 400)
         assert counter.count(near).how == "tokenizer", "near the threshold the server's count decides"

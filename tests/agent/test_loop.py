@@ -60,7 +60,7 @@ def test_text_reply_is_stored_with_its_request(scripted: ScriptedServer, scripte
     kinds = [type(event).__name__ for event in outcome.events if type(event).__name__ != "TextDelta"]
     assert kinds[:2] == ["TurnStarted", "RequestStarted"]
     assert kinds[-3:] == ["RequestFinished", "StepStored", "TurnEnded"]
-    assert "Today's date is 2026-11-29." in turn.message
+    assert "Date: 2026-11-29." in turn.message
     request = ModelRequest.objects.get(session=scripted_session)
     assert request.break_cause == BreakCause.FIRST
     assert request.bytes_sent == len(scripted.requests[0])
@@ -310,7 +310,7 @@ def test_compaction_starts_a_generation_with_the_table(
     run(loop.send("go on"))
     after = _messages(scripted.requests[-1])
     assert [m["role"] for m in after] == ["system", "user"]
-    assert "Today's date" in after[1]["content"]
+    assert "Date: " in after[1]["content"]
     kinds = list(
         ModelRequest.objects.filter(session=scripted_session).order_by("id").values_list("kind", "break_cause")
     )
@@ -601,10 +601,10 @@ def test_sessions_in_other_workspaces_and_with_other_models_send_the_same_prefix
     first = [_messages(body)[1]["content"] for body in (alpha, beta, gamma)]
     assert first[0] == first[1].replace("beta-workspace", "alpha")
     assert first[2].startswith(
-        'hi\n\n<note>\nYou are working in the workspace "gamma".\n\nYou are the model other-model-7b.\n\n'
-        "The permission mode is plan: you can read and search the workspace"
+        'hi\n\n<note>\nWorkspace: "gamma".\n\nYour model: other-model-7b.\n\n'
+        "The permission mode is plan: you can read and search, not change files"
     )
-    assert first[2].endswith("\n\nToday's date is 2026-11-29.\n</note>")
+    assert first[2].endswith("\n\nDate: 2026-11-29.\n</note>")
     assert len({generation.system_prompt for generation in Generation.objects.all()}) == 1
 
 
@@ -613,10 +613,10 @@ def test_a_model_change_is_stated_on_the_next_message(scripted: ScriptedServer, 
 
     scripted.push(Step(text="one"), Step(text="two"), Step(text="three"))
     first = run(_loop(scripted_session).send("one", date="2026-11-29")).turn
-    assert "You are the model scripted." in first.message
+    assert "Your model: scripted." in first.message
     session_change_model(session=scripted_session, endpoint=scripted_session.endpoint, model_name="bigger-model")
     second = run(_loop(scripted_session).send("two", date="2026-11-29")).turn
-    assert second.message == "two\n\n<note>\nYou are the model bigger-model.\n</note>"
+    assert second.message == "two\n\n<note>\nYour model: bigger-model.\n</note>"
     third = run(_loop(scripted_session).send("three", date="2026-11-29")).turn
     assert third.message == "three"
     bodies = scripted.requests

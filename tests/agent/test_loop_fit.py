@@ -73,7 +73,7 @@ def _all_fit(requests: list[ModelRequest]) -> None:
 def _turn_past_80_percent_compacts_first(session: ChatSession, server: ScriptedServer) -> None:
     server.push(Step(text="noted"), Step(text="Summary: the person pasted words."), Step(text="fresh"))
     loop = _loop(session)
-    first = run(loop.send("keep these: " + FILLER * 2000)).turn
+    first = run(loop.send("keep these: " + FILLER * 2550)).turn
     assert first.status == TurnStatus.DONE
     tokens = _requests(session)[0].prompt_tokens
     assert tokens is not None and 0.8 * N_CTX < tokens < N_CTX - 1024, "the first turn fits, past the threshold"
@@ -111,8 +111,8 @@ def _lines(count: int, word: str) -> str:
 def test_a_step_that_would_not_fit_compacts_the_reply_which_goes_on_from_the_summary(
     user: Any, workspace: Workspace, workspace_dir: Path, small: ScriptedServer
 ) -> None:
-    (workspace_dir / "a.txt").write_text(_lines(430, "alpha"))
-    (workspace_dir / "b.txt").write_text(_lines(430, "omega"))
+    (workspace_dir / "a.txt").write_text(_lines(500, "alpha"))
+    (workspace_dir / "b.txt").write_text(_lines(500, "omega"))
     session = _session(user, workspace, small, configured=N_CTX)
     small.push(
         Step(tool_calls=[("read", {"path": "a.txt"})]),
@@ -134,7 +134,7 @@ def test_a_step_that_would_not_fit_compacts_the_reply_which_goes_on_from_the_sum
     went_on = json.loads(small.requests[3])["messages"]
     assert [m["role"] for m in went_on] == ["system", "user", "assistant", "tool"]
     assert "Summary: a.txt holds alpha lines." in went_on[0]["content"]
-    assert "| a.txt | 1-430 of 430 |" in went_on[0]["content"], "the table names the read the summary covers"
+    assert "| a.txt | 1-500 of 500 |" in went_on[0]["content"], "the table names the read the summary covers"
     assert went_on[1]["content"] == turn.message, "the person's message goes on with the reply"
     assert "omega beta" in went_on[3]["content"] and "alpha beta" not in json.dumps(went_on[1:])
     generation = Generation.objects.get(session=session, number=2)
@@ -161,8 +161,8 @@ def test_after_a_compaction_inside_a_later_reply_its_message_goes_on_with_the_fu
 ) -> None:
     """The reply's message as the post-compaction request sends it states the workspace, the model, the mode and
     the date again; the message stored with the turn, which the requests before sent, is not rewritten."""
-    (workspace_dir / "a.txt").write_text(_lines(430, "alpha"))
-    (workspace_dir / "b.txt").write_text(_lines(430, "omega"))
+    (workspace_dir / "a.txt").write_text(_lines(500, "alpha"))
+    (workspace_dir / "b.txt").write_text(_lines(500, "omega"))
     session = _session(user, workspace, small, configured=N_CTX)
     small.push(
         Step(text="Hello."),
@@ -184,8 +184,8 @@ def test_after_a_compaction_inside_a_later_reply_its_message_goes_on_with_the_fu
     assert [r.kind for r in requests] == [RequestKind.REPLY] * 3 + [RequestKind.COMPACTION, RequestKind.REPLY]
     assert json.loads(small.requests[3])["messages"][3]["content"] == stored, "the summary request: as sent before"
     full = (
-        'read a.txt then b.txt\n\n<note>\nYou are working in the workspace "ws".\n\nYou are the model scripted.\n\n'
-        f"The permission mode is plan: {mode_text('plan').strip()}\n\nToday's date is {today()}.\n</note>"
+        'read a.txt then b.txt\n\n<note>\nWorkspace: "ws".\n\nYour model: scripted.\n\n'
+        f"The permission mode is plan: {mode_text('plan').strip()}\n\nDate: {today()}.\n</note>"
     )
     went_on = json.loads(small.requests[4])["messages"]
     assert [m["role"] for m in went_on] == ["system", "user", "assistant", "tool"]
@@ -217,16 +217,16 @@ def test_a_request_that_cannot_fit_fails_before_it_is_sent_and_loses_nothing(
 
 
 def test_a_refusal_by_the_server_is_a_clear_turn_error(user: Any, workspace: Workspace) -> None:
-    with ScriptedServer(n_ctx=2000, server_api=False) as quiet:
+    with ScriptedServer(n_ctx=1000, server_api=False) as quiet:
         session = _session(user, workspace, quiet, configured=100_000)
         turn = run(_loop(session).send("hello")).turn
     assert turn.status == TurnStatus.FAILED
     assert "refused the request: it is " in turn.error
     assert turn.error.endswith(
-        "tokens; the model's context window is 2,000. Compact now, start a new session, or use a model with a "
+        "tokens; the model's context window is 1,000. Compact now, start a new session, or use a model with a "
         "larger window."
     )
-    assert ModelEndpoint.objects.get(pk=session.endpoint_id).window == 2000, "the window the refusal names is kept"
+    assert ModelEndpoint.objects.get(pk=session.endpoint_id).window == 1000, "the window the refusal names is kept"
 
 
 def test_a_server_restarted_with_a_larger_window_is_asked_again_before_a_request_is_refused(

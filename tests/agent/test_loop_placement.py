@@ -25,6 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 FAST = Timeouts(connect=2.0, first_token=60.0, between_chunks=60.0)
 SLOT_CONTEXT = 16384
+WORDS = 50  # a turn of 50 words (about 300 tokens) after a prefix of about 4,500
 
 
 @pytest.fixture(autouse=True)
@@ -63,7 +64,7 @@ def test_two_sessions_taking_turns_on_two_slots_each_find_their_prefix(
     sessions = [_session(user, workspace, endpoint) for _ in range(2)]
     for turn in range(3):
         for number, session in enumerate(sessions):
-            words = f"session {number} turn {turn}: " + " ".join(f"w{number}{turn}{i}" for i in range(100))
+            words = f"session {number} turn {turn}: " + " ".join(f"w{number}{turn}{i}" for i in range(WORDS))
             ran = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send(words))
             assert ran.turn.status == TurnStatus.DONE, ran.turn.error
     for session in sessions:
@@ -126,7 +127,7 @@ def test_a_session_whose_slot_was_taken_over_has_its_prefix_put_back(
         sessions = [_session(user, workspace, endpoint) for _ in range(3)]
         for turn in range(2):
             for number, session in enumerate(sessions):  # three sessions, two slots: each return finds it taken
-                words = f"session {number} turn {turn}: " + " ".join(f"w{number}{turn}{i}" for i in range(100))
+                words = f"session {number} turn {turn}: " + " ".join(f"w{number}{turn}{i}" for i in range(WORDS))
                 ran = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send(words))
                 assert ran.turn.status == TurnStatus.DONE, ran.turn.error
     assert sorted(path.name for path in saves.iterdir()) == [f"cachet-session-{s.pk}.bin" for s in sessions]

@@ -4,6 +4,7 @@ again on the next one when it has stopped. Each case runs Cachet in subprocesses
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import stat
@@ -97,6 +98,15 @@ def test_the_secret_key_is_generated_on_first_use_once(data: Path) -> None:
     assert key_file.read_text().strip() == first
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     assert sorted(path.name for path in data.iterdir()) == ["secret_key"]
+
+
+def test_conformance_runs_on_a_fresh_checkout_before_anything_else_made_its_tables(data: Path) -> None:
+    cases = data.parent / "one.json"
+    read = {"tool": "read", "args": {"path": "a.txt"}, "expect_contains": ["[#0001 a.txt lines 1-1"]}
+    case = {"name": "one", "spec": "§1", "workspace": {"a.txt": "a\n"}, "steps": [{"user": "hi"}, read]}
+    cases.write_text(json.dumps({"format": 1, "cases": [case]}))
+    done = _run(data, "manage.py", "conformance", str(cases), timeout=240)
+    assert done.stdout.splitlines() == ["ok one", "1 passed, 0 failed"], done.stderr
 
 
 def test_migrate_starts_the_embedded_postgres_and_a_stopped_one_starts_again(data: Path) -> None:

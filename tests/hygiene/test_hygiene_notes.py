@@ -39,8 +39,8 @@ def compose(
 def test_first_message_states_workspace_model_mode_and_date_in_that_order(config: ContextConfig) -> None:
     composed = compose(config, NOTHING_STATED, mode="plan")
     assert composed == ComposedMessage(
-        'hello\n\n<note>\nYou are working in the workspace "ws".\n\nYou are the model qwen.\n\n'
-        "The permission mode is plan: read-only tools.\nMore words.\n\nToday's date is 2026-11-29.\n</note>",
+        'hello\n\n<note>\nWorkspace: "ws".\n\nYour model: qwen.\n\n'
+        "The permission mode is plan: read-only tools.\nMore words.\n\nDate: 2026-11-29.\n</note>",
         workspace_noted="ws",
         model_noted="qwen",
         mode_noted="plan",
@@ -61,13 +61,13 @@ def test_nothing_changed_is_the_words_alone(config: ContextConfig) -> None:
 
 def test_a_new_model_is_stated_alone(config: ContextConfig) -> None:
     composed = compose(config, KNOWN, model="llama")
-    assert composed == ComposedMessage("hello\n\n<note>\nYou are the model llama.\n</note>", model_noted="llama")
+    assert composed == ComposedMessage("hello\n\n<note>\nYour model: llama.\n</note>", model_noted="llama")
     assert stated_after(KNOWN, composed) == StatedContext("ws", "llama", "edit", "2026-11-29", None)
 
 
 def test_a_renamed_workspace_is_stated_again(config: ContextConfig) -> None:
     composed = compose(config, KNOWN, workspace="ws2")
-    assert composed.text == 'hello\n\n<note>\nYou are working in the workspace "ws2".\n</note>'
+    assert composed.text == 'hello\n\n<note>\nWorkspace: "ws2".\n</note>'
     assert composed.workspace_noted == "ws2"
 
 
@@ -81,7 +81,7 @@ def test_changes_in_order_and_the_mode_read_once(config: ContextConfig) -> None:
     composed = compose(config, stated, mode="plan", instructions="Use tabs.\n")
     assert composed.text == (
         "hello\n\n<note>\nThe permission mode is now plan: read-only tools.\nMore words.\n\n"
-        "Today's date is 2026-11-29.\n\n"
+        "Date: 2026-11-29.\n\n"
         "The workspace's instructions (AGENTS.md) are now:\nUse tabs.\n</note>"
     )
     assert (composed.mode_noted, composed.date_noted, composed.instructions_noted) == (

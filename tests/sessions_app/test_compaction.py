@@ -32,10 +32,10 @@ def _done(session: ChatSession, words: str, *, today: str = DAY, instructions: s
 
 def _full_note(words: str, *, mode: str, today: str, instructions: str | None) -> str:
     items = [
-        'You are working in the workspace "ws".',
-        "You are the model scripted.",
+        'Workspace: "ws".',
+        "Your model: scripted.",
         f"The permission mode is {mode}: {prompts.mode_text(mode).strip()}",
-        f"Today's date is {today}.",
+        f"Date: {today}.",
     ]
     if instructions:
         items.append(f"The workspace's instructions (AGENTS.md) are now:\n{instructions}")
@@ -135,7 +135,7 @@ def test_a_change_of_model_keeps_sending_the_resumed_message(chat_session: ChatS
     assert [getattr(moved, name) for name in RESUMED_FIELDS] == [getattr(compaction, name) for name in RESUMED_FIELDS]
     assert _user_messages(session, None) == [compaction.resumed_message]
     later = turn_start(session=_session(session), words="three", today=DAY, instructions=None)
-    assert later.message == "three\n\n<note>\nYou are the model bigger.\n</note>"
+    assert later.message == "three\n\n<note>\nYour model: bigger.\n</note>"
 
 
 def test_a_compaction_inside_a_reply_needs_the_date_its_note_states(chat_session: ChatSession) -> None:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
 from chat.conformance import FormatError, load_cases, run_case
@@ -23,6 +24,7 @@ class Command(BaseCommand):
         except FormatError as error:
             self.stderr.write(str(error))
             sys.exit(2)
+        call_command("migrate", interactive=False, verbosity=0)  # a fresh checkout's database has no tables yet
         passed = failed = 0
         for case in cases:
             result = run_case(case)
