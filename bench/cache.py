@@ -12,15 +12,17 @@ session has its ``--turns`` turns (30; 6 with ``--quick``) plus one taken back b
 of small files, re-reads (stubs inside a reply, full reads in later turns), greps (and one repeated, answered
 ``Same result as``), edits, a ``glob``, an undo and one compaction halfway.
 
-Peers are built from the same stored turns, request by request:
+Peers are built from the same stored turns, request by request, the way harnesses people run send them:
 
 - (a) ``resend``: every earlier tool call and result is sent again with each request (an agent CLI's way), stubs
   and ``Same result as`` answered in full;
-- (b) ``clock``: (a) with the date and time (to the minute, of a simulated clock: a request every 20 s, a
-  turn every 3 min) on the first line of the system prompt;
+- (b) ``date``: (a) with the day's date on the first line of the system prompt, the day changing halfway through
+  the session (as clients that state the date in their system prompt do);
 - (c) ``prune``: (a) where, at each new turn, tool results older than the last two turns and beyond the newest
   ``PRUNE_PROTECT`` characters are replaced by a placeholder once that frees at least ``PRUNE_MINIMUM``
-  characters (OpenCode's prune, scaled to this session's size).
+  characters (OpenCode's prune, scaled to this session's size);
+- and, only as a labelled worst case on the reference session, ``clock``: (a) with the date and time to the
+  minute (of a simulated clock: a request every 20 s, a turn every 3 min) on the system prompt's first line.
 
 The physical minimum of a request is its tokens not shared with the previous request's token sequence, both
 made by the server's own ``/apply-template`` then ``/tokenize``. Tokens "lost to the template" are those of
@@ -28,22 +30,26 @@ the previous request that the next one, carrying the same messages and more, no 
 template rendered the same messages differently.
 
 Per template shape (``testing.chat_templates.TEMPLATE_SHAPES`` where it exists, else the generated
-model's ChatML) Cachet's requests are replayed again. Last, two and four sessions in different workspaces
+model's ChatML) Cachet's requests are replayed again. Then two and four sessions in different workspaces
 alternate turn by turn on one slot, with llama.cpp's host-memory prompt cache (``--cache-ram``) on and off,
 with today's one system prompt and with the old one whose first line named the workspace and the model
 ("before" issue 10's item 1, made by rewriting that line in the same requests).
 
-Then the same sessions alternate on one server of one slot and of two (``--parallel 2``), placed by llama.cpp's own
-choice (the bodies as recorded) and by Cachet's (``id_slot``, from the same placement the reply loop uses), on a
-server without and with ``--slot-save-path`` (a prefix saved when its slot is taken over, put back when its
-session returns): processed tokens each way. The server-side ``--slot-save-path`` files go to a temporary folder.
+Last, a team: 2, 4 or 8 sessions of ``--session-turns`` turns (30; quick 12) take turns round robin on 1 or 2
+replicas of 1, 2 or 4 slots (``--scenarios``; the default seven, or ``all`` eighteen; quick 2 sessions on one
+server of 2 slots), each scenario under six policies: Cachet's requests with llama.cpp's own slot choice, with
+Cachet's placement (the reply loop's own ``place``: replica, then ``id_slot``) on default flags, and with
+``--slot-save-path`` added (the README's flags: a prefix saved when its slot is taken over, put back when its
+session returns), and the peers (a), (b) and (c) with the server's own choice. Sessions go to the replica of
+their number, as Cachet spreads them. Every figure is processed tokens over the floor: the same sessions, each
+on a server of its own. The ``--slot-save-path`` files go to temporary folders.
 
 The lines ``cachet processed/minimum = R`` (R to 3 decimals, the worst template shape) and ``cachet
-processed/floor = R`` (the worst of Cachet's placement with saved slots against each session alone) are an
-interface.
+processed/floor = R`` (the worst scenario of Cachet's placement with saved slots against each session alone) are
+an interface.
 
-    python bench/cache.py [--quick] [--turns 30] [--session-turns 30] [--slots-only] [--layers 1] [--dim 32]
-        [--threads 2]
+    python bench/cache.py [--quick] [--turns 30] [--session-turns 30] [--team-only] [--scenarios 8x2x2,...]
+        [--layers 1] [--dim 32] [--threads 2]
 """
 
 from __future__ import annotations
@@ -379,6 +385,21 @@ def clock_bodies(recorded: Recorded) -> list[bytes]:
     return bodies
 
 
+def date_bodies(recorded: Recorded) -> list[bytes]:
+    """(a) with the day's date on the first line of the system prompt; the day changes halfway through."""
+    turns = recorded.by_turn()
+    change = len(turns) // 2
+    bodies = []
+    day = datetime.strptime(DATE, "%Y-%m-%d")
+    for number, group in enumerate(turns):
+        stamp = f"Today's date is {(day + timedelta(days=1 if number >= change else 0)):%Y-%m-%d}.\n"
+        for sent in group:
+            system = sent.peer_messages[0]
+            messages = [{**system, "content": stamp + system["content"]}, *sent.peer_messages[1:]]
+            bodies.append(_body(sent.request, messages))
+    return bodies
+
+
 def prune_bodies(recorded: Recorded) -> list[bytes]:
     bodies = []
     pruned: set[str] = set()
@@ -498,12 +519,13 @@ class Servers:
         parallel: int = 1,
         slot_prompt_similarity: float | None = None,
         slot_save_path: Path | None = None,
+        ctx_per_slot: int = CTX,
     ) -> LlamaServer:
         from testing.llama import LlamaServer
 
         return LlamaServer(
             model or self.model,
-            ctx_size=CTX * parallel,
+            ctx_size=ctx_per_slot * parallel,
             parallel=parallel,
             threads=self.threads,
             n_predict=1,
@@ -605,8 +627,9 @@ def run_reference(
     variants: dict[str, Callable[[Recorded], list[bytes]]] = {
         "cachet": lambda r: [sent.body for sent in r.sent],
         "(a) resend": resend_bodies,
-        "(b) clock": clock_bodies,
+        "(b) date": date_bodies,
         "(c) prune": prune_bodies,
+        "clock (worst)": clock_bodies,
     }
     first = shapes[0]
     totals: dict[str, Totals] = {}
@@ -672,11 +695,13 @@ def run_reference(
             f"{found.minimum:>12,}{ratio:>8.3f}"
             f"{found.template_lost:>15,}"
         )
-    ratio_b = totals["(b) clock"].processed / base.processed
+    ratio_clock = totals["clock (worst)"].processed / base.processed
     ratio_c = totals["(c) prune"].processed / base.processed
+    fewer = all(base.processed < totals[name].processed for name in totals if name != "cachet")
     print(
         f"targets: R <= 1.02 on every shape: {'met' if worst <= 1.02 else 'MISSED'} ({worst:.3f}); "
-        f">= 5x fewer than (b): {'met' if ratio_b >= 5 else 'MISSED'} ({ratio_b:.2f}x); "
+        f"fewer than every peer: {'met' if fewer else 'MISSED'}; "
+        f">= 5x fewer than the clock: {'met' if ratio_clock >= 5 else 'MISSED'} ({ratio_clock:.2f}x); "
         f">= 1.3x fewer than (c): {'met' if ratio_c >= 1.3 else 'MISSED'} ({ratio_c:.2f}x)"
     )
     return worst
@@ -748,89 +773,152 @@ def run_alternation(servers: Servers, sessions: Sequence[Recorded], counts: Sequ
     return worst_first
 
 
-def run_slots(servers: Servers, sessions: Sequence[Recorded], counts: Sequence[int], *, slots: int = 2) -> list[float]:
-    """Sessions alternating turn by turn on one server of two slots, placed by llama.cpp (as sent) or by Cachet
-    (``id_slot`` from ``sessions_app.services.placement``, as the reply loop asks); per count, Cachet's processed
-    tokens over llama.cpp's, and every way's processed tokens over the floor: the same sessions each on a server of
-    its own. Returns Cachet's (with saved slots) processed/floor per count."""
-    from chat.agent.placement import Placed, placed_body, take_slot
-    from sessions_app.models import ChatSession
+@dataclass(frozen=True)
+class Scenario:
+    """``sessions`` sessions taking turns on ``replicas`` llama.cpp servers of ``slots`` slots each."""
+
+    sessions: int
+    replicas: int
+    slots: int
+
+    @classmethod
+    def parse(cls, text: str) -> Scenario:
+        sessions, replicas, slots = (int(part) for part in text.lower().split("x"))
+        return cls(sessions, replicas, slots)
+
+    def __str__(self) -> str:
+        return f"{self.sessions}x{self.replicas}x{self.slots}"
+
+
+ALL_SCENARIOS = tuple(Scenario(n, r, k) for n in (2, 4, 8) for r in (1, 2) for k in (1, 2, 4))
+TEAM_SCENARIOS = tuple(Scenario.parse(text) for text in ("2x1x1", "2x1x2", "4x1x2", "4x1x4", "8x1x4", "4x2x1", "8x2x2"))
+TEAM_CTX = 2 * CTX  # per slot: a peer resending every result of 30 turns passes 65,536 bytes, on a byte vocabulary
+TEAM_POLICIES = ("llama.cpp", "cachet", "cachet + saves", "(a) resend", "(b) date", "(c) prune")
+
+
+def _team_bodies(recorded: Recorded, policy: str) -> list[list[bytes]]:
+    """A session's requests turn by turn, as Cachet sent them or as a peer policy would have."""
+    bodies = {
+        "(a) resend": resend_bodies,
+        "(b) date": date_bodies,
+        "(c) prune": prune_bodies,
+    }.get(policy, lambda r: [sent.body for sent in r.sent])(recorded)
+    turns: list[list[bytes]] = []
+    position = 0
+    for group in recorded.by_turn():
+        turns.append(bodies[position : position + len(group)])
+        position += len(group)
+    return turns
+
+
+def _team_run(
+    servers: Servers, sessions: Sequence[Recorded], scenario: Scenario, policy: str
+) -> tuple[int, float, float]:
+    """One policy on one scenario: the sessions take turns, round robin, on the scenario's servers. Cachet's
+    policies place each request with the reply loop's own ``place`` (replica, then slot, saving and restoring
+    where the server saves slots); the others go to the replica of the session's number (a load balancer with
+    session affinity, as Cachet spreads new sessions) and leave the slot to llama.cpp. Processed tokens, prompt
+    milliseconds and wall seconds."""
+    from chat.agent import placement
+    from sessions_app.models import ChatSession, ModelEndpoint, ServerSlot, SlotSave
     from sessions_app.services.placement import slot_release
 
-    print()
-    print(
-        f"Sessions alternating turn by turn on {slots} slot(s) (--parallel {slots}, --cache-ram default), "
-        "processed tokens:"
-    )
-    print(
-        f"{'sessions':>8}  {'placed by':<15}{'processed':>14}{'per turn':>14}{'prompt time':>14}{'wall time':>14}"
-        f"{'vs llama.cpp':>14}"
-    )
-    ratios: list[float] = []
-    alone: list[int] = []  # each session's tokens with a server to itself: the floor
-    placers = ("llama.cpp", "cachet", "cachet + saves") if slots > 1 else ("llama.cpp", "cachet + saves")
-    for recorded in sessions[: max(counts)]:
-        server = servers.run()
+    saves = policy == "cachet + saves"
+    folders = [Path(tempfile.mkdtemp(prefix="cachet-slots-")) if saves else None for _ in range(scenario.replicas)]
+    running = [servers.run(parallel=scenario.slots, slot_save_path=folder, ctx_per_slot=TEAM_CTX) for folder in folders]
+    placement.forget()
+    ServerSlot.objects.all().delete()
+    SlotSave.objects.all().delete()
+    urls = [server.base_url for server in running]
+    by_url = {server.base_url: server for server in running}
+    rows: dict[int, ChatSession] = {}
+    for recorded in sessions:
+        session = ChatSession.objects.select_related("endpoint").get(pk=recorded.session_id)
+        ModelEndpoint.objects.filter(pk=session.endpoint_id).update(base_url=urls[0], replica_urls="\n".join(urls[1:]))
+        session.endpoint.refresh_from_db()
+        rows[recorded.session_id] = session
+    turns_of = [_team_bodies(recorded, policy) for recorded in sessions]
+    totals = Totals()
+    previous: dict[int, placement.Placed] = {}
+    began = time.monotonic()
+    try:
+        for turn in range(max(len(turns) for turns in turns_of)):
+            for recorded, turns in zip(sessions, turns_of, strict=True):
+                if turn >= len(turns):
+                    continue
+                session = rows[recorded.session_id]
+                for body in turns[turn]:
+                    if not policy.startswith("cachet"):
+                        totals.add(send(by_url[urls[session.pk % len(urls)]], body))
+                        continue
+                    placed = placement.place(session, previous=previous.get(session.pk))
+                    try:
+                        totals.add(send(by_url[placed.url], placement.placed_body(body, placed)))
+                    finally:
+                        if placed.slot is not None:
+                            slot_release(url=placed.url, slot=placed.slot)
+                    previous[session.pk] = placed
+        wall = time.monotonic() - began
+    finally:
+        for server in running:
+            server.stop()
+    return totals.processed, totals.prompt_ms, wall
+
+
+def run_team(
+    servers: Servers, sessions: Sequence[Recorded], scenarios: Sequence[Scenario], policies: Sequence[str]
+) -> float:
+    """Every scenario under every policy, each figure over the floor (each session alone on a server of its own,
+    Cachet's requests); returns the worst processed/floor of Cachet with saved slots."""
+    alone: list[int] = []
+    for recorded in sessions[: max(scenario.sessions for scenario in scenarios)]:
+        server = servers.run(ctx_per_slot=TEAM_CTX)
         try:
             alone.append(sum(send(server, sent.body).processed for sent in recorded.sent))
         finally:
             server.stop()
-    for count in counts:
-        chosen = sessions[:count]
-        by_turn = [recorded.by_turn() for recorded in chosen]
-        rows = {recorded.session_id: ChatSession.objects.get(pk=recorded.session_id) for recorded in chosen}
-        floor = sum(alone[:count])
-        print(f"{count:>8}  {'each alone':<15}{floor:>14,}{floor / sum(len(g) for g in by_turn):>14,.0f}", flush=True)
+    turns = len(sessions[0].by_turn())
+    print()
+    print(
+        f"A team: sessions of {turns} turns taking turns round robin on replicas x slots (llama.cpp, --cache-ram "
+        "default); processed tokens over the floor (each session alone on a server of its own). llama.cpp and the "
+        "peers: the server's own slot choice, default flags; cachet: its placement (id_slot), default flags; "
+        "cachet + saves: the same with --slot-save-path (the README's flags)."
+    )
+    print(f"{'scenario':<22}{'floor':>11}" + "".join(f"{policy:>16}" for policy in policies))
+    worst = 0.0
+    verdicts: list[str] = []
+    for scenario in scenarios:
+        chosen = sessions[: scenario.sessions]
+        floor = sum(alone[: scenario.sessions])
         processed: dict[str, int] = {}
-        for placer in placers:
-            saves = Path(tempfile.mkdtemp(prefix="cachet-slots-")) if placer == "cachet + saves" else None
-            server = servers.run(parallel=slots, slot_save_path=saves)
-            totals = Totals()
-            previous: dict[int, int] = {}
-            session_turns = 0
-            began = time.monotonic()
-            try:
-                for turn in range(max(len(groups) for groups in by_turn)):
-                    for recorded, groups in zip(chosen, by_turn, strict=True):
-                        if turn >= len(groups):
-                            continue
-                        session_turns += 1
-                        for sent in groups[turn]:
-                            if placer == "llama.cpp":
-                                totals.add(send(server, sent.body))
-                                continue
-                            session = rows[recorded.session_id]
-                            taken = take_slot(
-                                session,
-                                url=server.base_url,
-                                slots=slots,
-                                previous=previous.get(session.pk),
-                                api_key=None,
-                                saves=saves is not None,
-                            )
-                            try:
-                                totals.add(send(server, placed_body(sent.body, Placed(server.base_url, taken.slot))))
-                            finally:
-                                if taken.slot is not None:
-                                    slot_release(url=server.base_url, slot=taken.slot)
-                                    previous[session.pk] = taken.slot
-                wall = time.monotonic() - began  # the requests, and the slot saves and restores between them
-            finally:
-                server.stop()
-            processed[placer] = totals.processed
-            versus = totals.processed / processed["llama.cpp"] if processed["llama.cpp"] else 0.0
-            print(
-                f"{count:>8}  {placer:<15}{totals.processed:>14,}{totals.processed / session_turns:>14,.0f}"
-                f"{_ms(totals.prompt_ms):>14}{wall:>13.1f}s{versus:>13.2f}x",
-                flush=True,
-            )
-        ratios.append(processed["cachet + saves"] / floor if floor else 0.0)
+        wall: dict[str, float] = {}
+        for policy in policies:
+            processed[policy], _, wall[policy] = _team_run(servers, chosen, scenario, policy)
+        label = f"{scenario.sessions} on {scenario.replicas}x{scenario.slots}"
         print(
-            f"{count:>8}  processed/floor: "
-            + ", ".join(f"{placer} {processed[placer] / floor:.2f}" for placer in placers),
+            f"{label:<22}{floor:>11,}" + "".join(f"{processed[p] / floor:>15.2f}x" for p in policies),
             flush=True,
         )
-    return ratios
+        print(
+            f"{'  processed, wall s':<22}{'':>11}" + "".join(f"{processed[p]:>9,} {wall[p]:>5.0f}s" for p in policies),
+            flush=True,
+        )
+        if "cachet + saves" in processed:
+            ours = processed["cachet + saves"]
+            worst = max(worst, ours / floor)
+            peers = [p for p in policies if p.startswith("(")]
+            beaten = all(ours < processed[p] for p in peers)
+            verdicts.append(f"{scenario}: fewer than every peer {'met' if beaten else 'MISSED'}")
+            if scenario == Scenario(2, 1, 1):
+                verdicts.append(f"{scenario}: <= 1.10 x floor {'met' if ours <= 1.10 * floor else 'MISSED'}")
+            if scenario == Scenario(8, 2, 2):
+                verdicts.append(f"{scenario}: <= 1.25 x floor {'met' if ours <= 1.25 * floor else 'MISSED'}")
+            if scenario == Scenario(4, 1, 2) and "(a) resend" in processed:
+                times = processed["(a) resend"] / ours
+                verdicts.append(f"{scenario}: >= 2x fewer than (a) {'met' if times >= 2 else 'MISSED'} ({times:.2f}x)")
+    print("targets (cachet + saves): " + "; ".join(verdicts))
+    return worst
 
 
 def main() -> None:
@@ -840,6 +928,12 @@ def main() -> None:
         action="store_true",
         help="6 turns, two alternating sessions of 2 turns, two sessions of 12 turns on a server of two slots",
     )
+    parser.add_argument(
+        "--scenarios",
+        default=None,
+        help="the team's scenarios, SESSIONSxREPLICASxSLOTS separated by commas, or 'all' (the 18 of 2, 4, 8 "
+        f"sessions on 1, 2 replicas of 1, 2, 4 slots); default {','.join(map(str, TEAM_SCENARIOS))}; quick 2x1x2",
+    )
     parser.add_argument("--turns", type=int, default=None, help="turns of the reference session (30; quick 6)")
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--dim", type=int, default=32)
@@ -847,40 +941,44 @@ def main() -> None:
     parser.add_argument(
         "--session-turns", type=int, default=None, help="turns of each session placed on slots (30; quick 12)"
     )
-    parser.add_argument("--slots-only", action="store_true", help="only the sessions placed on slots")
+    parser.add_argument("--team-only", "--slots-only", action="store_true", help="only the team's scenarios")
     args = parser.parse_args()
     turns = args.turns or (6 if args.quick else 30)
     alternation_turns = 2 if args.quick else 4
     slot_turns = args.session_turns or (12 if args.quick else 30)
     counts = (2,) if args.quick else (2, 4)
+    if args.scenarios == "all":
+        scenarios: Sequence[Scenario] = ALL_SCENARIOS
+    elif args.scenarios:
+        scenarios = [Scenario.parse(text) for text in args.scenarios.split(",")]
+    else:
+        scenarios = [Scenario(2, 1, 2)] if args.quick else TEAM_SCENARIOS
 
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="cachet-cache-bench-"))
     _setup_django(work / "data")
     from testing.tiny_gguf import ModelShape, write_model
 
-    shape = ModelShape(layers=args.layers, dim=args.dim, heads=max(1, args.dim // 64), ff=args.dim * 2, ctx=CTX)
+    shape = ModelShape(layers=args.layers, dim=args.dim, heads=max(1, args.dim // 64), ff=args.dim * 2, ctx=TEAM_CTX)
     model = write_model(work / "bench.gguf", shape)
     shapes, source = template_shapes(work, shape, model)
     print(f"model: {args.layers} layer(s) x {args.dim}, byte-level vocabulary; templates: {source}")
     servers = Servers(model, args.threads)
 
-    def slotted() -> float:
-        """The sessions placed on slots: one slot and two (quick: two sessions on two slots); the worst
-        processed/floor of Cachet with saved slots."""
-        letters = "abcd"[: max(counts)]
-        sessions = [record_session(work, f"slots-{letter}", session_actions(slot_turns)) for letter in letters]
+    def team() -> float:
+        """The team's scenarios under every policy; the worst processed/floor of Cachet with saved slots."""
+        letters = "abcdefghijklmnop"[: max(scenario.sessions for scenario in scenarios)]
+        sessions = [record_session(work, f"team-{letter}", session_actions(slot_turns)) for letter in letters]
         print(f"recorded: {len(sessions)} sessions of {slot_turns} turns ({time.monotonic() - started:.0f} s)")
-        ratios = [] if args.quick else run_slots(servers, sessions, counts, slots=1)
-        return max(ratios + run_slots(servers, sessions, counts, slots=2))
+        return run_team(servers, sessions, scenarios, TEAM_POLICIES)
 
-    if args.slots_only:
-        floor_ratio = slotted()
+    if args.team_only:
+        floor_ratio = team()
         print()
         print(f"cachet processed/floor = {floor_ratio:.3f}")
         print(f"(all in {time.monotonic() - started:.0f} s)")
         return
-    others = [record_session(work, f"team-{letter}", session_actions(alternation_turns)) for letter in "abcd"]
+    others = [record_session(work, f"pair-{letter}", session_actions(alternation_turns)) for letter in "abcd"]
     reference = record_session(work, "reference", reference_actions(turns))
     print(
         f"recorded: reference session {turns} turns + 1 undone, {len(reference.sent)} requests; "
@@ -896,7 +994,7 @@ def main() -> None:
 
     worst = run_reference(servers, reference, shapes, one_call)
     run_alternation(servers, others, counts)
-    floor_ratio = slotted()
+    floor_ratio = team()
     print()
     print(f"cachet processed/floor = {floor_ratio:.3f}")
     print(f"cachet processed/minimum = {worst:.3f}")
