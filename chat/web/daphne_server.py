@@ -10,6 +10,7 @@ one, so the page can only reconnect without knowing why. Here frames and message
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from daphne.cli import CommandLineInterface
@@ -54,8 +55,13 @@ class _CommandLine(CommandLineInterface):  # type: ignore[misc]
     server_class = CachetServer
 
 
+def _not_about_http2(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("HTTP/2 support")
+
+
 def serve(*, host: str, port: int, application: str = "cachet.asgi:application") -> None:
     """Serve ``application`` on ``host``:``port`` until stopped."""
+    logging.getLogger("daphne.server").addFilter(_not_about_http2)  # Cachet serves HTTP/1.1 behind Caddy's HTTP/2
     limit = str(settings.CACHET_MAX_FRAME_BYTES)
     _CommandLine().run(
         [

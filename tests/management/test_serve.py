@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,11 @@ def serve(settings: Any, tmp_path: Path, *, url: str, model: str = "", workspace
     return out.getvalue().splitlines()
 
 
-def test_serve_sets_up_and_prints_how_to_log_in(settings: Any, tmp_path: Path) -> None:
+def test_serve_sets_up_and_prints_how_to_log_in(settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "executable", str(Path.cwd() / ".venv" / "bin" / "python"))
     lines = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1")
     assert any("Log in at http://127.0.0.1:8000/ as admin with password " in line for line in lines)
+    assert "Change it with: .venv/bin/python manage.py changepassword admin" in lines, "a command that works as typed"
     assert Workspace.objects.get().name == "scratch"
     assert (tmp_path / "static" / "cachet" / "cachet.css").exists()
 

@@ -143,3 +143,9 @@ def test_logins_and_forms_work_as_before(cachet: Served, session: ChatSession) -
     added = admin.post(add, data={**fields, "csrfmiddlewaretoken": _token(admin.get(add).text), "_save": "Save"})
     assert added.status_code == 302, added.text
     assert ModelEndpoint.objects.filter(name="second", context_window=4096).exists()
+
+
+def test_daphne_starts_without_its_http2_notice(cachet: Served) -> None:
+    output = cachet.output()
+    assert "Cachet is serving on " in output and "Listening on TCP address" in output
+    assert "HTTP/2" not in output, "Cachet serves HTTP/1.1 (Caddy speaks HTTP/2 in front): nothing to say"

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
@@ -166,7 +167,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 self.style.SUCCESS(f"Created the admin account. Log in at {url} as admin with password {password}")
             )
-            self.stdout.write("Change it with: python manage.py changepassword admin")
+            self.stdout.write(f"Change it with: {_python()} manage.py changepassword admin")
         if options["no_serve"]:
             return
         self.stdout.write(f"Cachet is serving on {url}")
@@ -178,3 +179,12 @@ class Command(BaseCommand):
             return
         with supervised_worker(say=sys.stderr):
             serve(host=options["host"], port=options["port"])
+
+
+def _python() -> str:
+    """This Python as a person would type it here: ``.venv/bin/python`` from the project folder."""
+    interpreter = Path(sys.executable)
+    try:
+        return str(interpreter.relative_to(Path.cwd()))
+    except ValueError:
+        return str(interpreter)
