@@ -102,8 +102,32 @@ class WorkspaceAdmin(KeepsSessionsAdmin):
     search_fields = ["name", "folder"]
 
 
+class ModelEndpointForm(forms.ModelForm):  # type: ignore[type-arg]
+    """An endpoint as staff set it: its API key is never shown again; left empty it stays as it was, and
+    "Remove the API key" removes it."""
+
+    api_key = forms.CharField(
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Sent as a bearer token. Never shown again: leave empty to keep the one stored.",
+    )
+    remove_api_key = forms.BooleanField(required=False, label="Remove the API key")
+
+    class Meta:
+        model = ModelEndpoint
+        fields = "__all__"  # noqa: DJ007 - the admin's own fieldsets decide what shows
+
+    def clean_api_key(self) -> str:
+        given = str(self.cleaned_data.get("api_key") or "")
+        if self.data.get("remove_api_key"):
+            return ""
+        return given or (self.instance.api_key if self.instance.pk else "")
+
+
 @admin.register(ModelEndpoint)
 class ModelEndpointAdmin(KeepsSessionsAdmin):
+    form = ModelEndpointForm
     session_link = "endpoint"
     list_display = ["name", "base_url", "model", "context_window", "window_read", "window_used"]
     search_fields = ["name", "base_url", "model"]
@@ -123,6 +147,10 @@ class ModelEndpointAdmin(KeepsSessionsAdmin):
     def window_used(self, obj: ModelEndpoint) -> str:
         return f"{obj.window:,} tokens"
 
+
+admin.site.site_header = "Cachet administration"
+admin.site.site_title = "Cachet admin"
+admin.site.index_title = "Sessions, people, workspaces and model endpoints"
 
 admin.site.unregister(get_user_model())
 

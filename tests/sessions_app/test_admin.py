@@ -328,3 +328,26 @@ def test_endpoints_show_the_configured_window_and_the_one_the_server_says(staff:
     assert "4,096 tokens (asked" in page
     other = staff.get(reverse("admin:sessions_app_modelendpoint_change", args=[never.pk])).content.decode()
     assert "not asked yet" in other and "2,048 tokens" in other
+
+
+def test_an_endpoints_api_key_is_never_shown_and_an_empty_field_keeps_it(staff: Client) -> None:
+    from django.forms.models import model_to_dict
+
+    from sessions_app.admin import ModelEndpointForm
+
+    endpoint = ModelEndpoint.objects.create(name="keyed", base_url="http://127.0.0.1:9/v1", api_key="sk-secret-123")
+    page = staff.get(reverse("admin:sessions_app_modelendpoint_change", args=[endpoint.pk])).content.decode()
+    assert "sk-secret-123" not in page and 'type="password"' in page and "Remove the API key" in page
+    assert "Cachet administration" in page and "Django administration" not in page
+
+    def saved(**changed: Any) -> str:
+        data = {key: value for key, value in model_to_dict(endpoint).items() if value is not None}
+        form = ModelEndpointForm(
+            data={**data, "api_key": "", **changed}, instance=ModelEndpoint.objects.get(pk=endpoint.pk)
+        )
+        assert form.is_valid(), form.errors
+        return str(form.save().api_key)
+
+    assert saved() == "sk-secret-123", "left empty, the stored key stays"
+    assert saved(api_key="sk-new-456") == "sk-new-456"
+    assert saved(remove_api_key="on") == ""
