@@ -66,6 +66,16 @@ def test_math_is_mathml_and_copy_gives_the_code_and_the_replys_markdown(browser:
     reply = page.locator("#turn-1 .reply")
     expect(reply.locator("math")).to_have_count(3)
     expect(reply.locator('math[display="block"]')).to_have_count(1)
+    offset = page.evaluate(
+        """() => {
+             const math = document.querySelector('#turn-1 .reply math[display="block"]');
+             const box = math.getBoundingClientRect();
+             const tokens = [...math.querySelectorAll('mi, mn, mo, mtext')].map((t) => t.getBoundingClientRect());
+             const left = Math.min(...tokens.map((t) => t.left)), right = Math.max(...tokens.map((t) => t.right));
+             return (left + right) / 2 - (box.left + box.right) / 2;
+           }"""
+    )
+    assert abs(offset) < 4, f"display math is centred, as in a paper: {offset:.0f} px off"
     expect(reply.locator("math msup").first).to_have_text("c2")
     assert page.evaluate("() => document.querySelector('#turn-1 .reply math').namespaceURI") == (
         "http://www.w3.org/1998/Math/MathML"
