@@ -121,6 +121,11 @@ class ChatSession(models.Model):
     def __str__(self) -> str:
         return self.title or f"Session {self.pk}"
 
+    @property
+    def shown_title(self) -> str:
+        """The session's name wherever a person sees it: its title, else "New session"."""
+        return self.title or "New session"
+
 
 class Generation(models.Model):
     """A frozen system prompt and tool list; a compaction or a change of model starts the next one."""

@@ -81,6 +81,8 @@ def test_the_session_list_shows_only_ones_own_sessions_newest_first(
     assert html.index(f'id="session-{older.pk}"') < html.index(f'id="session-{newer.pk}"')
     assert "What is in the workspace?" in html
     assert "New session" in html
+    assert "Delete “New session” and everything stored with it?" in html, "the name the list shows"
+    assert f"Session {newer.pk}" not in html
 
 
 def test_new_session_offers_the_users_workspaces_and_starts_with_the_tools(
