@@ -445,7 +445,7 @@ class LastRequest(models.Model):
 
 
 class Theme(models.TextChoices):
-    SYSTEM = "system", "As the system"
+    SYSTEM = "system", "Auto"
     LIGHT = "light", "Off"
     DARK = "dark", "On"
 

@@ -270,9 +270,14 @@ def test_on_a_phone_an_admins_header_shows_every_control_on_the_screen(browser: 
     in_thread(admin.save, update_fields=["is_staff"])
     page = browser.page("ada", **PHONE)
     expect(page.get_by_role("link", name="Admin")).to_be_visible()
+    expect(page.get_by_role("link", name="Sessions")).to_be_visible()  # the way back to the list
+    expect(page.locator(".theme-label .icon")).to_be_visible()  # the select shows what it is
+    expect(page.get_by_label("Dark mode")).to_be_visible()
     for selector in (
         "header.top .brand",
         "header.top nav a[href$='/admin/']",
+        "header.top nav a[href='/']",
+        ".theme-label .icon",
         "#theme-select",
         "#password-link",
         "#logout",
