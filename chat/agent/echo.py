@@ -46,7 +46,7 @@ def echo_lines(event: ReplyEvent) -> list[EchoLine]:
             first = result.inserted_text.splitlines()[0] if result.inserted_text else ""
             return [_out(f"\n  {first}")]
         case TurnsTakenBack(turns=turns, conflicts=conflicts) if turns:
-            text = taken_back_text(event, [turn.number for turn in reversed(turns)])
+            text = taken_back_text(event, [turn.position for turn in reversed(turns)])
             return ([_out(text)] if text else []) + [_out(f"Not restored: {conflict}") for conflict in conflicts]
         case Compacted():
             return [_out("Compacted: the next turn starts from the summary.")]

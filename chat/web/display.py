@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from django.db.models import Q, QuerySet, Value
 from django.db.models.functions import Length, Replace, Right, Substr
@@ -19,7 +20,7 @@ from django.db.models.functions import Length, Replace, Right, Substr
 from sessions_app import prompts
 from sessions_app.hygiene import format_id
 from sessions_app.models import ChatSession, Generation, Result, ResultKind, Step, StepDraft, Turn, TurnStatus
-from sessions_app.selectors.sessions import compactions
+from sessions_app.selectors.sessions import compactions, turn_position
 
 TARGET_KEYS = ("path", "pattern", "command", "id", "target")
 PRIMARY_KEY = {"grep": "pattern", "glob": "pattern", "run": "command", "recall": "id"}
@@ -323,6 +324,11 @@ class CompactionView:
     @property
     def order(self) -> int:
         return (self.generation.covers_through_turn or 0) * 2 + 1
+
+    @cached_property
+    def covers_through(self) -> int | None:
+        """The last turn the summary covers, by its place in the live branch, as the page labels turns."""
+        return turn_position(session_id=self.generation.session_id, number=self.generation.covers_through_turn)
 
 
 def tool_row(step: Step, position: int, call: dict[str, str], result: Result | None) -> ToolRow:

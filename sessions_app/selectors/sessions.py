@@ -181,6 +181,21 @@ def last_live_turn(session: ChatSession) -> Turn | None:
     return Turn.objects.filter(session=session).exclude(status=TurnStatus.TAKEN_BACK).order_by("-number").first()
 
 
+def turn_position(*, session_id: int, number: int | None) -> int | None:
+    """The place in its branch of stored turn ``number``: the number a person sees and types."""
+    if number is None:
+        return None
+    found: int | None = (
+        Turn.objects.filter(session_id=session_id, number=number).values_list("position", flat=True).first()
+    )
+    return found
+
+
+def live_turn_at(session: ChatSession, position: int) -> Turn | None:
+    """The live turn at ``position`` in the live branch (1 is the first)."""
+    return Turn.objects.filter(session=session, position=position).exclude(status=TurnStatus.TAKEN_BACK).first()
+
+
 def result_get(*, owner: AbstractBaseUser | AnonymousUser, session_id: int, number: int) -> Result | None:
     return Result.objects.filter(session_id=session_id, session__owner_id=owner.pk, number=number).first()
 

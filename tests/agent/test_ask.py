@@ -81,7 +81,7 @@ def test_twenty_turns_through_ask(user: Any, workspace_dir: Path, scripted: Scri
         else:
             scripted.push(Step(text=f"Answer {turn}."))
         output, figures = ask(*in_session, f"Turn {turn} please")
-        assert figures["turn"] == turn
+        assert figures["turn"] == (turn if turn < 10 else turn - 1), "its place: turn 9 was taken back"
         totals["requests"] += figures["requests"]
         totals["cached"] += figures["cached_tokens"]
     session = ChatSession.objects.get(pk=int(session_id))
@@ -201,6 +201,30 @@ def test_undo_says_what_it_took_back_and_restored(user: Any, workspace_dir: Path
     assert not (workspace_dir / "new.txt").exists()
     output, _ = ask(*in_session, "--rewind", "1")
     assert "Took back turn 1." in output
+
+
+def test_turns_are_numbered_by_their_place_as_the_page_labels_them(
+    user: Any, workspace_dir: Path, scripted: ScriptedServer
+) -> None:
+    base = ("--user", user.username, "--endpoint", scripted.base_url, "--model", "scripted")
+    scripted.push(Step(text="One."), Step(text="Two."), Step(text="Two again."), Step(text="Three."))
+    _, first = ask(*base, "--workspace", str(workspace_dir), "one")
+    in_session = ("--user", user.username, "--session", str(first["session"]))
+    ask(*in_session, "two")
+    ask(*in_session, "--undo")
+    _, again = ask(*in_session, "two again")
+    assert again["turn"] == 2, "stored as turn 3, it is the conversation's second"
+    _, third = ask(*in_session, "three")
+    assert third["turn"] == 3
+    output, _ = ask(*in_session, "--rewind", "3")
+    assert "Took back turn 3." in output
+    assert [turn.words for turn in Turn.objects.exclude(status=TurnStatus.TAKEN_BACK).order_by("number")] == [
+        "one",
+        "two again",
+    ]
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError, match="No live turn is left from turn 3 on; nothing was taken back."):
+        call_command("ask", *in_session, "--rewind", "3", stdout=out, stderr=err)
 
 
 def test_ask_without_an_endpoint_uses_the_default_one(user: Any, workspace_dir: Path, scripted: ScriptedServer) -> None:

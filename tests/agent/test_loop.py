@@ -323,6 +323,24 @@ def test_compaction_starts_a_generation_with_the_table(
     assert Generation.objects.get(session=session, number=2).taken_back
 
 
+def test_the_compaction_notice_names_turns_by_their_place_as_the_page_does(
+    scripted: ScriptedServer, scripted_session: ChatSession
+) -> None:
+    from chat.web.display import CompactionView
+    from chat.web.fragments import compaction_put
+
+    scripted.push(Step(text="one"), Step(text="two"), Step(text="two again"), Step(text="We talked twice."))
+    loop = _loop(scripted_session)
+    run(loop.send("one"))
+    run(loop.send("two"))
+    run(loop.undo())
+    run(loop.send("two again"))
+    generation = run(loop.compact()).compacted
+    assert generation.covers_through_turn == 3, "stored as turn 3"
+    shown = compaction_put(CompactionView(generation)).html
+    assert "Compacted: the turns up to 2 are summarized for the model" in shown
+
+
 def test_empty_summary_changes_nothing(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
     from sessions_app.errors import EmptySummary
 

@@ -17,7 +17,7 @@ from chat.agent.model import ModelError, list_models
 from chat.follow import Followed, follow
 from chat.tools import tool_list
 from chat.web import jobs
-from sessions_app.errors import StoreError
+from sessions_app.errors import NoLiveTurnFrom, StoreError
 from sessions_app.folders import folder_check
 from sessions_app.models import (
     ChatSession,
@@ -31,6 +31,7 @@ from sessions_app.models import (
 from sessions_app.selectors.sessions import (
     endpoint_default,
     last_live_turn,
+    live_turn_at,
     session_get,
     workspace_refusal,
     workspaces_for,
@@ -117,7 +118,9 @@ class Command(BaseCommand):
         parser.add_argument("--mode", choices=Mode.values)
         action = parser.add_mutually_exclusive_group()
         action.add_argument("--undo", action="store_true")
-        action.add_argument("--rewind", type=int, metavar="N")
+        action.add_argument(
+            "--rewind", type=int, metavar="N", help="take back turn N (as the page numbers turns) and every later one"
+        )
         action.add_argument("--regenerate", action="store_true")
         action.add_argument("--compact", action="store_true")
         parser.add_argument("--restore-files", action="store_true", help="with undo, rewind or regenerate")
@@ -171,7 +174,10 @@ class Command(BaseCommand):
         if options["undo"]:
             actions.append(jobs.Undo(restore=restore))
         elif options["rewind"] is not None:
-            actions.append(jobs.Rewind(turn=options["rewind"], restore=restore))
+            target = live_turn_at(session, options["rewind"])  # N is the turn's place, as the page labels it
+            if target is None:
+                raise CommandError(str(NoLiveTurnFrom(options["rewind"])))
+            actions.append(jobs.Rewind(turn=target.number, restore=restore))
         elif options["compact"]:
             actions.append(jobs.Compact())
         if options["regenerate"]:
@@ -198,14 +204,14 @@ class Command(BaseCommand):
         if turn is not None:
             turn.refresh_from_db()
         if turn is not None and turn.status != TurnStatus.DONE:
-            self.stderr.write(f"Turn {turn.number} {turn.get_status_display()}: {turn.error}")
+            self.stderr.write(f"Turn {turn.position} {turn.get_status_display()}: {turn.error}")
             failed = True
         last = turn or last_live_turn(session)
         requests = ModelRequest.objects.filter(pk__in=request_ids)
         prompt_tokens = sum(r.prompt_tokens or 0 for r in requests)
         cached_tokens = sum(r.cached_tokens or 0 for r in requests)
         self.stdout.write(
-            f"session={session.pk} turn={last.number if last else 0} requests={len(request_ids)} "
+            f"session={session.pk} turn={last.position if last else 0} requests={len(request_ids)} "
             f"prompt_tokens={prompt_tokens} cached_tokens={cached_tokens}"
         )
         if failed:
