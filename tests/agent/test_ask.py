@@ -223,7 +223,7 @@ def test_turns_are_numbered_by_their_place_as_the_page_labels_them(
         "two again",
     ]
     out, err = io.StringIO(), io.StringIO()
-    with pytest.raises(CommandError, match="No live turn is left from turn 3 on; nothing was taken back."):
+    with pytest.raises(CommandError, match=r"No live turn is left from turn 3 on; nothing was taken back\."):
         call_command("ask", *in_session, "--rewind", "3", stdout=out, stderr=err)
 
 
