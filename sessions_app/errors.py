@@ -89,3 +89,11 @@ def person_message(error: BaseException) -> str:
     if is_database_unavailable(error):
         return DATABASE_UNAVAILABLE
     return f"Cachet failed: {type(error).__name__}"
+
+
+class PrivateFolderRefused(StoreError):
+    def __init__(self, folder: str, reason: str) -> None:
+        super().__init__(
+            f"Cachet may not make your own workspace at {folder} ({reason}); ask staff to check "
+            "CACHET_WORKSPACE_ROOTS, or choose a shared workspace."
+        )

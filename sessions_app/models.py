@@ -12,7 +12,8 @@ def default_disk_quota_mb() -> int:
 
 
 class Workspace(models.Model):
-    """A folder on the server the model's tools act in. With no members, every user may use it."""
+    """A folder on the server the model's tools act in. With no members, every user may use it; a person's
+    private workspace (``owner``) has them as its only member."""
 
     name = models.CharField(max_length=100, unique=True)
     folder = models.CharField(max_length=1000)
@@ -21,6 +22,14 @@ class Workspace(models.Model):
         default=False, help_text="Whether commands (run) may use the network; without it they see none."
     )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="workspaces")
+    owner = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="private_workspace",
+        help_text="Whose private workspace this is, made on their first use; empty for a shared one.",
+    )
     disk_quota_mb = models.PositiveIntegerField(
         default=default_disk_quota_mb,
         help_text="Megabytes the folder may hold on disk; the file tools and commands stop at it. 0: no quota.",

@@ -128,14 +128,31 @@ class NewSessionForm(_ModelChoiceForm):
 
     field_order = ["workspace", "endpoint", "model", "mode"]
 
-    def __init__(self, *args: Any, user: AbstractBaseUser | AnonymousUser, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, user: AbstractBaseUser | AnonymousUser, last: ChatSession | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         field = self.fields["workspace"]
         assert isinstance(field, forms.ModelChoiceField)
         field.queryset = workspaces_for(user=user)
+        self.last = last
+
+    def choose_workspace(self, workspace: Workspace) -> None:
+        """Start with ``workspace`` chosen, unless the person's last session is on one they may still use."""
+        field = self.fields["workspace"]
+        assert isinstance(field, forms.ModelChoiceField)
+        last = self.last.workspace_id if self.last is not None else None
+        usable = last is not None and field.queryset is not None and field.queryset.filter(pk=last).exists()
+        field.initial = last if usable else workspace.pk
+        if self.last is not None:
+            self.fields["mode"].initial = self.last.mode
 
     def offer_default(self, found: Sequence[EndpointModels]) -> None:
-        """Offer the models of ``found`` with the default endpoint's model chosen."""
+        """Offer the models of ``found`` with the model of the person's last session chosen, else the default
+        endpoint's."""
+        if self.last is not None and any(item.endpoint.pk == self.last.endpoint_id for item in found):
+            self.offer(found, current=(self.last.endpoint_id, self.last.model_name))
+            return
         default = endpoint_default()
         preferred = next((item.preferred for item in found if default and item.endpoint.pk == default.pk), "")
         self.offer(found, current=(default.pk, preferred) if default and preferred else None)

@@ -21,6 +21,7 @@ from chat.web.display import call_target, result_id, result_status, single_turn,
 from chat.web.forms import ImportForm, ModelChangeForm, NewSessionForm, RenameForm, SessionSearchForm, ThemeForm
 from chat.web.sync import chart_requests
 from sessions_app import prompts
+from sessions_app.errors import StoreError
 from sessions_app.hygiene import count_lines, line_window
 from sessions_app.models import ChatSession, Mode, Theme, Turn
 from sessions_app.selectors.requests import finished_requests
@@ -36,6 +37,7 @@ from sessions_app.selectors.sessions import (
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_delete, session_rename, session_start
 from sessions_app.services.settings import theme_set
+from sessions_app.services.workspaces import workspace_private
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -104,7 +106,8 @@ def _endpoints() -> list[EndpointModels]:
 @login_required
 @require_http_methods(["GET", "POST"])
 def session_new(request: HttpRequest) -> HttpResponse:
-    form = NewSessionForm(request.POST or None, user=request.user)
+    last = session_list(owner=request.user).select_related("workspace").order_by("-created_at").first()
+    form = NewSessionForm(request.POST or None, user=request.user, last=last)
     if request.method == "POST" and form.is_valid():
         workspace = form.cleaned_data["workspace"]
         session = session_start(
@@ -116,8 +119,13 @@ def session_new(request: HttpRequest) -> HttpResponse:
             mode=form.cleaned_data["mode"],
         )
         return redirect("session", session_id=session.pk)
+    private_refused = ""
+    try:
+        form.choose_workspace(workspace_private(user=_user(request)))  # made on the person's first use
+    except StoreError as error:
+        private_refused = str(error)
     form.offer_default(_endpoints())
-    return render(request, "chat/new_session.html", {"form": form})
+    return render(request, "chat/new_session.html", {"form": form, "private_refused": private_refused})
 
 
 @login_required

@@ -297,3 +297,18 @@ def test_ask_does_not_change_the_model_while_a_reply_runs(user: Any, chat_sessio
         holder.join()
     chat_session.refresh_from_db()
     assert (chat_session.model_name, chat_session.generation_number) == ("scripted", 1)
+
+
+def test_ask_without_a_workspace_works_in_the_persons_own(
+    user: Any, other_user: Any, scripted: ScriptedServer, tmp_path: Path, settings: Any
+) -> None:
+    settings.CACHET_WORKSPACE_ROOTS = [tmp_path]
+    Workspace.objects.create(name="scratch", folder=str(tmp_path / "scratch"))
+    scripted.push(Step(text="Hi, Ada."), Step(text="Hi, Bob."))
+    base = ("--endpoint", scripted.base_url, "--model", "scripted", "Hello")
+    _, ada = ask("--user", user.username, *base)
+    _, bob = ask("--user", other_user.username, *base)
+    ada_workspace = ChatSession.objects.get(pk=ada["session"]).workspace
+    bob_workspace = ChatSession.objects.get(pk=bob["session"]).workspace
+    assert (ada_workspace.owner, bob_workspace.owner) == (user, other_user), "never the shared scratch folder"
+    assert ada_workspace.folder != bob_workspace.folder

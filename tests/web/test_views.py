@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -102,6 +103,33 @@ def test_new_session_offers_the_users_workspaces_and_starts_with_the_tools(
     assert '"name":"read"' in tools and '"name":"run"' in tools  # the fixture's workspace allows commands
     refused = ada.post("/sessions/new", {"workspace": private.pk, "endpoint": endpoint.pk, "mode": "edit"})
     assert refused.status_code == 200 and ChatSession.objects.count() == 1
+
+
+def test_new_session_starts_in_ones_own_workspace_then_as_the_last_session_was(
+    ada: Client,
+    bob: Client,
+    user: Any,
+    other_user: Any,
+    workspace: Workspace,
+    endpoint: ModelEndpoint,
+    tmp_path: Path,
+    settings: Any,
+) -> None:
+    settings.CACHET_WORKSPACE_ROOTS = [tmp_path]
+    html = ada.get("/sessions/new").content.decode()
+    own = Workspace.objects.get(owner=user)
+    assert f'<option value="{own.pk}" selected>ada&#x27;s files</option>' in html, "made and chosen on first use"
+    assert f'<option value="{workspace.pk}">ws</option>' in html, "shared ones stay on offer"
+    assert "ada&#x27;s files" not in bob.get("/sessions/new").content.decode(), "nobody else's"
+    ada.post("/sessions/new", {"workspace": workspace.pk, "endpoint": f"{endpoint.pk}:other-model", "mode": "plan"})
+    again = ada.get("/sessions/new").content.decode()
+    assert f'<option value="{workspace.pk}" selected>ws</option>' in again
+    assert '<option value="plan" selected>' in again
+    assert any(
+        value == f"{endpoint.pk}:other-model" and selected
+        for options in options_of(again, "endpoint").values()
+        for value, _, selected in options
+    ), "the last session's model"
 
 
 def test_new_session_asks_the_server_for_a_model_when_the_endpoint_names_none(

@@ -37,6 +37,7 @@ from sessions_app.selectors.sessions import (
     workspaces_for,
 )
 from sessions_app.services.sessions import session_model_switch, session_set_mode, session_start
+from sessions_app.services.workspaces import workspace_private
 
 
 def _endpoint(spec: str | None) -> ModelEndpoint:
@@ -76,11 +77,11 @@ def _usable(workspace: Workspace) -> Workspace:
 
 def _workspace(spec: str | None, user: Any) -> Workspace:
     available = workspaces_for(user=user)
-    if spec is None:
-        found = available.order_by("id").first()
-        if found is None:
-            raise CommandError("No workspace is available; pass --workspace NAME_OR_FOLDER.")
-        return _usable(found)
+    if spec is None:  # the person's own, made on first use
+        try:
+            return _usable(workspace_private(user=user))
+        except StoreError as error:
+            raise CommandError(f"{error} Or pass --workspace NAME_OR_FOLDER.") from error
     by_name = available.filter(name=spec).first()
     if by_name is not None:
         return _usable(by_name)
