@@ -38,7 +38,8 @@ with today's one system prompt and with the old one whose first line named the w
 Last, a team: 2, 4 or 8 sessions of ``--session-turns`` turns (30; quick 12) take turns round robin on 1 or 2
 replicas of 1, 2 or 4 slots (``--scenarios``; the default seven, or ``all`` eighteen; quick 2 sessions on one
 server of 2 slots), each scenario under six policies: Cachet's requests with llama.cpp's own slot choice, with
-Cachet's placement (the reply loop's own ``place``: replica, then ``id_slot``) on default flags, and with
+Cachet's placement (the reply loop's own ``place``: replica, then ``id_slot``, leaving a server that saves
+no slots to its own choice once it has more sessions than slots) on default flags, and with
 ``--slot-save-path`` added (the README's flags: a prefix saved when its slot is taken over, put back when its
 session returns), and the peers (a), (b) and (c) with the server's own choice. Sessions go to the replica of
 their number, as Cachet spreads them. Every figure is processed tokens over the floor: the same sessions, each
@@ -942,6 +943,11 @@ def main() -> None:
         "--session-turns", type=int, default=None, help="turns of each session placed on slots (30; quick 12)"
     )
     parser.add_argument("--team-only", "--slots-only", action="store_true", help="only the team's scenarios")
+    parser.add_argument(
+        "--policies",
+        default=",".join(TEAM_POLICIES),
+        help=f"the team's policies (default all: {', '.join(TEAM_POLICIES)})",
+    )
     args = parser.parse_args()
     turns = args.turns or (6 if args.quick else 30)
     alternation_turns = 2 if args.quick else 4
@@ -970,7 +976,11 @@ def main() -> None:
         letters = "abcdefghijklmnop"[: max(scenario.sessions for scenario in scenarios)]
         sessions = [record_session(work, f"team-{letter}", session_actions(slot_turns)) for letter in letters]
         print(f"recorded: {len(sessions)} sessions of {slot_turns} turns ({time.monotonic() - started:.0f} s)")
-        return run_team(servers, sessions, scenarios, TEAM_POLICIES)
+        policies = [policy.strip() for policy in args.policies.split(",") if policy.strip()]
+        unknown = set(policies) - set(TEAM_POLICIES)
+        if unknown:
+            parser.error(f"unknown policies: {', '.join(sorted(unknown))}")
+        return run_team(servers, sessions, scenarios, policies)
 
     if args.team_only:
         floor_ratio = team()

@@ -78,6 +78,26 @@ def test_two_sessions_taking_turns_on_two_slots_each_find_their_prefix(
     assert {request.slot for request in ModelRequest.objects.all()} == {0, 1}
 
 
+def test_more_sessions_than_slots_on_a_server_that_saves_none_are_left_to_its_own_placement(
+    user: Any, workspace: Workspace, two_slots: LlamaServer
+) -> None:
+    endpoint = ModelEndpoint.objects.create(
+        name="two", base_url=two_slots.base_url, model="tiny", context_window=SLOT_CONTEXT
+    )
+    sessions = [_session(user, workspace, endpoint) for _ in range(3)]
+    for turn in range(2):
+        for session in sessions:
+            ran = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send(f"turn {turn}"))
+            assert ran.turn.status == TurnStatus.DONE, ran.turn.error
+    slots = [
+        list(ModelRequest.objects.filter(session=s).order_by("id").values_list("slot", flat=True)) for s in sessions
+    ]
+    assert sorted([slots[0][0], slots[1][0]]) == [0, 1], "while each session has a slot, each keeps its own"
+    assert slots[2] == [None, None] and slots[0][1:] == slots[1][1:] == [None], (
+        "a third would take another's slot, with nothing saved: llama.cpp's host-memory cache does better"
+    )
+
+
 def test_a_replica_out_of_reach_moves_the_session_to_another_and_the_chart_marks_it(
     user: Any, workspace: Workspace
 ) -> None:
@@ -130,7 +150,7 @@ def test_a_session_whose_slot_was_taken_over_has_its_prefix_put_back(
                 words = f"session {number} turn {turn}: " + " ".join(f"w{number}{turn}{i}" for i in range(WORDS))
                 ran = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send(words))
                 assert ran.turn.status == TurnStatus.DONE, ran.turn.error
-    assert sorted(path.name for path in saves.iterdir()) == [f"cachet-session-{s.pk}.bin" for s in sessions]
+    assert {path.name for path in saves.iterdir()} == {f"cachet-session-{s.pk}.bin" for s in sessions}
     for session in sessions:
         _, returning = ModelRequest.objects.filter(session=session).order_by("id")
         assert returning.prompt_tokens and returning.cached_tokens is not None
