@@ -232,8 +232,8 @@ def turn_tree_html(turns: Sequence[Turn]) -> SafeString:
 
 @admin.register(ChatSession)
 class ChatSessionAdmin(ReadOnlyAdmin):
-    list_display = ["id", "title", "owner", "workspace", "model_name", "mode", "updated_at"]
-    list_filter = ["owner", "workspace", "mode"]
+    list_display = ["id", "title", "owner", "workspace", "model_name", "mode", "updated_at", "deleted_at"]
+    list_filter = ["owner", "workspace", "mode", ("deleted_at", admin.EmptyFieldListFilter)]
     search_fields = ["title", "owner__username"]
     readonly_fields = ["turn_tree"]
     inlines = [GenerationInline, TurnInline]

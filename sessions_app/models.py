@@ -122,6 +122,8 @@ class ChatSession(models.Model):
     pending_breaks = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Deleted by its owner: gone from everything they see, kept whole for the admin (nothing stored is lost).
+    deleted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-updated_at"]

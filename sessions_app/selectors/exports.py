@@ -340,7 +340,7 @@ def session_export(
 ) -> Iterator[str] | None:
     """The JSON text of the owner's session ``session_id``, read as one snapshot; ``None`` when it is not
     theirs. The pieces come as the caller iterates (each from within the snapshot's transaction)."""
-    session = ChatSession.objects.filter(owner_id=owner.pk, pk=session_id).first()
+    session = ChatSession.objects.filter(owner_id=owner.pk, pk=session_id, deleted_at__isnull=True).first()
     if session is None:
         return None
     return _snapshot(session, exported_at=exported_at)

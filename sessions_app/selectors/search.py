@@ -121,7 +121,7 @@ def _documents(match: dict[str, str], rank: dict[str, str], *, filters: str) -> 
     """The titles, messages and replies of the owner's sessions that ``match`` (by field), with their rank."""
     session_table = ChatSession._meta.db_table
     turn_table = Turn._meta.db_table
-    owned = f"s.owner_id = %(owner)s{filters}"
+    owned = f"s.owner_id = %(owner)s AND s.deleted_at IS NULL{filters}"
     live = "t.status <> %(taken_back)s"
     return f"""
     SELECT s.id AS session_id, NULL::integer AS turn_id, 'title' AS field, {rank["title"]} * {TITLE_WEIGHT} AS rank

@@ -30,7 +30,8 @@ def _sessions() -> QuerySet[ChatSession]:
 
 
 def session_list(*, owner: AbstractBaseUser | AnonymousUser) -> QuerySet[ChatSession]:
-    return _sessions().filter(owner_id=owner.pk)
+    """The owner's sessions, those they deleted left out."""
+    return _sessions().filter(owner_id=owner.pk, deleted_at__isnull=True)
 
 
 def session_get(*, owner: AbstractBaseUser | AnonymousUser, session_id: int) -> ChatSession | None:
@@ -197,7 +198,9 @@ def live_turn_at(session: ChatSession, position: int) -> Turn | None:
 
 
 def result_get(*, owner: AbstractBaseUser | AnonymousUser, session_id: int, number: int) -> Result | None:
-    return Result.objects.filter(session_id=session_id, session__owner_id=owner.pk, number=number).first()
+    return Result.objects.filter(
+        session_id=session_id, session__owner_id=owner.pk, session__deleted_at__isnull=True, number=number
+    ).first()
 
 
 def stored_full_text(session: ChatSession, number: int) -> str | None:

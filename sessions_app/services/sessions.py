@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.utils import timezone
 
 from sessions_app import prompts
 from sessions_app.errors import ReplyInProgress
@@ -152,4 +153,6 @@ def session_model_switch(*, session: ChatSession, endpoint: ModelEndpoint, model
 
 @transaction.atomic
 def session_delete(*, session: ChatSession) -> None:
-    session.delete()
+    """The owner deletes the session: it leaves everything they see (list, pages, search, export, ``ask``), and
+    stays stored whole for the admin."""
+    ChatSession.objects.filter(pk=session.pk, deleted_at__isnull=True).update(deleted_at=timezone.now())

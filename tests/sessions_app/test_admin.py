@@ -351,3 +351,13 @@ def test_an_endpoints_api_key_is_never_shown_and_an_empty_field_keeps_it(staff: 
     assert saved() == "sk-secret-123", "left empty, the stored key stays"
     assert saved(api_key="sk-new-456") == "sk-new-456"
     assert saved(remove_api_key="on") == ""
+
+
+def test_the_admin_still_shows_a_session_its_owner_deleted(staff: Client, chat_session: ChatSession) -> None:
+    from sessions_app.services.sessions import session_delete
+
+    session_delete(session=chat_session)
+    listing = staff.get(reverse("admin:sessions_app_chatsession_changelist"), {"deleted_at__isnull": "False"})
+    assert f"/admin/sessions_app/chatsession/{chat_session.pk}/change/" in listing.content.decode()
+    page = staff.get(reverse("admin:sessions_app_chatsession_change", args=[chat_session.pk]))
+    assert page.status_code == 200

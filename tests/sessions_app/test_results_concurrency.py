@@ -51,7 +51,7 @@ def test_result_numbers_never_repeat_under_eight_threads(chat_session: ChatSessi
 
 
 @pytest.mark.django_db
-def test_a_session_with_turns_results_and_generations_can_be_deleted(chat_session: ChatSession) -> None:
+def test_a_deleted_session_leaves_its_owners_sight_and_keeps_everything_stored(chat_session: ChatSession) -> None:
     from sessions_app.services.compaction import compaction_apply
     from sessions_app.services.sessions import session_delete
     from sessions_app.services.turns import turn_finish
@@ -63,5 +63,9 @@ def test_a_session_with_turns_results_and_generations_can_be_deleted(chat_sessio
     turn_finish(turn=turn)
     compaction_apply(session=chat_session, summary="We ran x.")
     session_delete(session=chat_session)
-    assert not ChatSession.objects.filter(pk=chat_session.pk).exists()
-    assert not Result.objects.exists() and not Turn.objects.exists()
+    from sessions_app.selectors.sessions import session_get, session_list
+
+    assert session_get(owner=chat_session.owner, session_id=chat_session.pk) is None
+    assert not session_list(owner=chat_session.owner).exists()
+    assert ChatSession.objects.get(pk=chat_session.pk).deleted_at is not None, "the admin still sees it"
+    assert Result.objects.count() == 1 and Turn.objects.count() == 1

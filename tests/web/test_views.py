@@ -342,7 +342,9 @@ def test_posts_need_the_csrf_token(user: Any, chat_session: ChatSession) -> None
     assert ChatSession.objects.filter(pk=chat_session.pk).exists()
 
 
-def test_delete_a_session_with_everything_stored(ada: Client, live_session: ChatSession, model: ScriptedServer) -> None:
+def test_deleting_a_session_hides_it_and_keeps_everything_stored(
+    ada: Client, live_session: ChatSession, model: ScriptedServer
+) -> None:
     chatted(live_session, model)
     url = reverse("session_delete", args=[live_session.pk])
     with reply_lock(live_session):
@@ -350,7 +352,13 @@ def test_delete_a_session_with_everything_stored(ada: Client, live_session: Chat
     assert busy.status_code == 409 and ChatSession.objects.exists()
     response = ada.post(url, headers={"HX-Request": "true"})
     assert response.status_code == 200 and response.content == b""
-    assert not ChatSession.objects.exists() and not Turn.objects.exists()
+    assert f'id="session-{live_session.pk}"' not in ada.get("/").content.decode()
+    for page in (f"/sessions/{live_session.pk}/", f"/sessions/{live_session.pk}/results/1/"):
+        assert ada.get(page).status_code == 404, page
+    assert ada.get(f"/sessions/{live_session.pk}/export.json").status_code == 404
+    assert ada.get("/", {"q": "notes"}).content.decode().count('class="session"') == 0, "nor found by search"
+    assert ada.post(url).status_code == 404, "deleted once"
+    assert Turn.objects.filter(session=live_session).exists(), "kept whole for the admin"
 
 
 def test_a_stored_result_is_paged_like_recall(ada: Client, live_session: ChatSession, model: ScriptedServer) -> None:
