@@ -469,3 +469,15 @@ class UserSetting(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} settings"
+
+
+class SessionShare(models.Model):
+    """A read-only link to a session, for people signed in to the same Cachet; revoked, it shows nothing."""
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="shares")
+    token = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.session_id} share"

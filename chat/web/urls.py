@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 import cachet.converters  # noqa: F401  (registers the ``id`` converter)
-from chat.web import transfer, views
+from chat.web import shares, transfer, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -21,4 +21,8 @@ urlpatterns = [
     path("sessions/<id:session_id>/turns/<id:number>/", views.session_turn, name="session_turn"),
     path("sessions/<id:session_id>/turns/<id:number>/source", views.session_turn_source, name="session_turn_source"),
     path("sessions/<id:session_id>/results/<id:number>/", views.result_page, name="result"),
+    path("sessions/<id:session_id>/share", shares.share_start_view, name="session_share"),
+    path("sessions/<id:session_id>/share/stop", shares.share_stop_view, name="session_share_stop"),
+    path("shared/<slug:token>/", shares.shared_page, name="shared"),
+    path("shared/<slug:token>/turns/", shares.shared_turns, name="shared_turns"),
 ]

@@ -9,6 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
@@ -31,6 +32,7 @@ from sessions_app.selectors.sessions import (
     result_get,
     session_get,
     session_list,
+    session_share_token,
     unusable_workspace_ids,
     workspace_refusal,
 )
@@ -57,6 +59,12 @@ def _session(request: HttpRequest, session_id: int) -> ChatSession:
     if session is None:
         raise Http404("No such session.")
     return session
+
+
+def share_link(request: HttpRequest, session: ChatSession) -> str:
+    """The session's working read-only link, as a full URL, or ``""``."""
+    token = session_share_token(session)
+    return request.build_absolute_uri(reverse("shared", args=[token])) if token else ""
 
 
 def home_context(request: HttpRequest) -> dict[str, Any]:
@@ -162,6 +170,9 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         "window_text": window_text(window_of(session.endpoint)),
         "ws_path": f"/ws/sessions/{session.pk}/",
         "read_only": str(refused) if refused is not None else "",
+        "share_link": request.build_absolute_uri(f"/shared/{token}/")
+        if (token := session_share_token(session))
+        else "",
         "max_message_bytes": settings.CACHET_MAX_MESSAGE_BYTES,
     }
     return render(request, "chat/session.html", context)

@@ -18,6 +18,7 @@ from sessions_app.models import (
     Generation,
     ModelEndpoint,
     Result,
+    SessionShare,
     Turn,
     TurnStatus,
     Workspace,
@@ -37,6 +38,24 @@ def session_list(*, owner: AbstractBaseUser | AnonymousUser) -> QuerySet[ChatSes
 def session_get(*, owner: AbstractBaseUser | AnonymousUser, session_id: int) -> ChatSession | None:
     """The session if ``owner`` owns it, else ``None`` (so others see a 404, never a 403)."""
     return session_list(owner=owner).filter(pk=session_id).first()
+
+
+def session_shared(*, token: str) -> ChatSession | None:
+    """The session a working read-only link ``token`` shows: never a revoked link's, nor a deleted session."""
+    return (
+        _sessions()
+        .filter(shares__token=token, shares__revoked_at__isnull=True, deleted_at__isnull=True)
+        .select_related("owner")
+        .first()
+    )
+
+
+def session_share_token(session: ChatSession) -> str:
+    """The token of the session's working read-only link, or ``""``."""
+    token: str | None = (
+        SessionShare.objects.filter(session=session, revoked_at__isnull=True).values_list("token", flat=True).first()
+    )
+    return token or ""
 
 
 def session_by_id(*, session_id: int) -> ChatSession:

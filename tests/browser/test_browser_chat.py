@@ -19,8 +19,9 @@ expect.set_options(timeout=15_000)
 LONG_REPLY = " ".join(f"word{n}" for n in range(120))
 
 
-def start_session(page: Any, *, mode: str = "edit") -> int:
+def start_session(page: Any, *, mode: str = "edit", workspace: str = "demo") -> int:
     page.click("#new-session")
+    page.select_option("select[name=workspace]", label=workspace)  # not one's own, which is chosen first
     page.select_option("select[name=mode]", mode)
     page.click("#start-session")
     page.wait_for_url(re.compile(r"/sessions/\d+/$"))
@@ -62,7 +63,7 @@ def test_log_in_list_rename_delete_log_out(browser: Browser, world: World) -> No
     page.once("dialog", lambda dialog: dialog.accept())
     page.locator(f"#session-{session_id} button.danger").click()
     expect(page.locator(f"#session-{session_id}")).to_have_count(0)
-    assert in_thread(lambda: ChatSession.objects.filter(pk=session_id).exists()) is False
+    assert in_thread(lambda: ChatSession.objects.get(pk=session_id).deleted_at is not None), "hidden, kept"
     page.click("#logout")
     expect(page).to_have_url(re.compile(r"/login/"))
     page.goto(world.url + "/")
@@ -380,3 +381,27 @@ def test_a_working_session_for_the_readme(browser: Browser, world: World) -> Non
     page.set_viewport_size({"width": 1400, "height": 1000})
     page.evaluate("() => window.scrollTo(0, 0)")
     screenshot(page, "readme")
+
+
+def test_a_shared_link_shows_bob_adas_conversation_without_controls(browser: Browser, world: World) -> None:
+    world.model.push(Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]), Step(text="Forty lines."))
+    ada = browser.page("ada")
+    start_session(ada)
+    send(ada, "How long are the notes?")
+    expect(ada.locator("#turn-1")).to_have_attribute("data-status", "done")
+    ada.locator("#share-menu summary").click()
+    ada.click("#share-start")
+    link = ada.locator("#share-link").input_value()
+    assert "/shared/" in link
+    bob = browser.page("bob")
+    bob.goto(link)
+    expect(bob.locator("#turn-1 .reply").last).to_contain_text("Forty lines.")
+    expect(bob.locator("#turn-1 .tool summary")).to_contain_text("#0001")
+    expect(bob.locator(".chat-head .meta")).to_contain_text("shared by ada")
+    expect(bob.locator("#turn-1 .author")).to_have_text("ada")
+    for control in ("#composer", "#controls", "button.edit", "button.rewind", ".full-link", "#share-menu"):
+        expect(bob.locator(control)).to_have_count(0)
+    screenshot(bob, "shared")
+    ada.click("#share-stop")
+    expect(ada.locator("#share-start")).to_be_visible()
+    assert bob.request.get(link).status == 404, "a stopped link shows nothing"
