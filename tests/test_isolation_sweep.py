@@ -111,6 +111,8 @@ def _stopped_share(owned: Owned) -> str:
     share, _ = SessionShare.objects.get_or_create(session=owned.session, token=f"stopped-{owned.session.pk}")
     SessionShare.objects.filter(pk=share.pk).update(revoked_at=timezone.now())
     return share.token
+
+
 # The admin's arguments: staff only, so any value that resolves to the pattern will do.
 ADMIN_KWARGS: dict[str, Callable[[Owned], object]] = {
     "object_id": lambda owned: owned.session.pk,
