@@ -985,7 +985,7 @@ def main() -> None:
     if args.team_only:
         floor_ratio = team()
         print()
-        print(f"cachet processed/floor = {floor_ratio:.3f}")
+        print(f"cachet processed/floor = {floor_ratio:.3f}" if floor_ratio else "cachet processed/floor = n/a")
         print(f"(all in {time.monotonic() - started:.0f} s)")
         return
     others = [record_session(work, f"pair-{letter}", session_actions(alternation_turns)) for letter in "abcd"]
