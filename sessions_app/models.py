@@ -124,6 +124,8 @@ class ChatSession(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     # Deleted by its owner: gone from everything they see, kept whole for the admin (nothing stored is lost).
     deleted_at = models.DateTimeField(null=True, blank=True)
+    pinned = models.BooleanField(default=False, help_text="Listed first in its owner's session list.")
+    archived = models.BooleanField(default=False, help_text="Out of its owner's session list, under Archived.")
 
     class Meta:
         ordering = ["-updated_at"]

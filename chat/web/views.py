@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -37,7 +37,13 @@ from sessions_app.selectors.sessions import (
     workspace_refusal,
 )
 from sessions_app.services.locks import reply_running
-from sessions_app.services.sessions import session_delete, session_rename, session_start
+from sessions_app.services.sessions import (
+    session_archive,
+    session_delete,
+    session_pin,
+    session_rename,
+    session_start,
+)
 from sessions_app.services.settings import theme_set
 from sessions_app.services.workspaces import workspace_private
 
@@ -67,18 +73,24 @@ def share_link(request: HttpRequest, session: ChatSession) -> str:
     return request.build_absolute_uri(reverse("shared", args=[token])) if token else ""
 
 
-def home_context(request: HttpRequest) -> dict[str, Any]:
-    """The session list, searched and filtered as the query string asks, and the Import form."""
-    form = SessionSearchForm(request.GET or None, owner=request.user)
+def home_context(request: HttpRequest, query: QueryDict | None = None) -> dict[str, Any]:
+    """The session list (pinned first; the archived ones alone with ``archived=1``), searched and filtered as
+    ``query`` (the query string) asks, and the Import form."""
+    query = request.GET if query is None else query
+    form = SessionSearchForm(query or None, owner=request.user)
+    archived = query.get("archived") == "1"
+    listed = session_list(owner=request.user).filter(archived=archived).order_by("-pinned", "-updated_at")
     context: dict[str, Any] = {
         "form": form,
         "searched": False,
+        "archived": archived,
+        "archived_count": 0 if archived else session_list(owner=request.user).filter(archived=True).count(),
         "import_form": ImportForm(user=request.user),
         "read_only_workspaces": unusable_workspace_ids(owner=request.user),
     }
     if form.filtered:
         data = form.cleaned_data
-        sessions = session_list(owner=request.user)
+        sessions = listed
         if data["workspace"] is not None:
             sessions = sessions.filter(workspace_id=data["workspace"])
         if data["model"]:
@@ -92,7 +104,7 @@ def home_context(request: HttpRequest) -> dict[str, Any]:
             context["sessions"] = sessions
         context["searched"] = True
     else:
-        context["sessions"] = session_list(owner=request.user)
+        context["sessions"] = listed
     return context
 
 
@@ -223,6 +235,27 @@ def session_rename_view(request: HtmxHttpRequest, session_id: int) -> HttpRespon
     if request.htmx:
         return render(request, "chat/_session_item.html", {"session": session})
     return redirect("home")
+
+
+def _listed_again(request: HtmxHttpRequest, session: ChatSession) -> HttpResponse:
+    """After a pin or an archive: the list as the page showed it (its search sent along), or the page."""
+    if request.htmx:
+        return render(request, "chat/_session_results.html", home_context(request, query=request.POST))
+    return redirect("home")
+
+
+@login_required
+@require_POST
+def session_pin_view(request: HtmxHttpRequest, session_id: int) -> HttpResponse:
+    session = session_pin(session=_session(request, session_id), pinned=request.POST.get("set") == "1")
+    return _listed_again(request, session)
+
+
+@login_required
+@require_POST
+def session_archive_view(request: HtmxHttpRequest, session_id: int) -> HttpResponse:
+    session = session_archive(session=_session(request, session_id), archived=request.POST.get("set") == "1")
+    return _listed_again(request, session)
 
 
 @login_required

@@ -156,3 +156,20 @@ def session_delete(*, session: ChatSession) -> None:
     """The owner deletes the session: it leaves everything they see (list, pages, search, export, ``ask``), and
     stays stored whole for the admin."""
     ChatSession.objects.filter(pk=session.pk, deleted_at__isnull=True).update(deleted_at=timezone.now())
+
+
+@transaction.atomic
+def session_pin(*, session: ChatSession, pinned: bool) -> ChatSession:
+    """Pin the session at the top of its owner's list, or unpin it."""
+    ChatSession.objects.filter(pk=session.pk).update(pinned=pinned)
+    session.pinned = pinned
+    return session
+
+
+@transaction.atomic
+def session_archive(*, session: ChatSession, archived: bool) -> ChatSession:
+    """Move the session out of its owner's list, under Archived, or back; an archived session is unpinned."""
+    ChatSession.objects.filter(pk=session.pk).update(archived=archived, pinned=False if archived else session.pinned)
+    session.archived = archived
+    session.pinned = False if archived else session.pinned
+    return session

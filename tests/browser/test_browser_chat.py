@@ -405,3 +405,26 @@ def test_a_shared_link_shows_bob_adas_conversation_without_controls(browser: Bro
     ada.click("#share-stop")
     expect(ada.locator("#share-start")).to_be_visible()
     assert bob.request.get(link).status == 404, "a stopped link shows nothing"
+
+
+def test_pin_and_archive_from_the_list(browser: Browser, world: World) -> None:
+    page = browser.page("ada")
+    first = start_session(page)
+    page.goto(world.url + "/")
+    second = start_session(page)
+    page.goto(world.url + "/")
+    items = page.locator("#session-list li.session")
+    expect(items.first).to_have_attribute("id", f"session-{second}")
+    page.locator(f"#session-{first} button.pin").click()
+    expect(items.first).to_have_attribute("id", f"session-{first}")
+    expect(page.locator(f"#session-{first} .pin-mark")).to_be_visible()
+    page.locator(f"#session-{second} button.archive").click()
+    expect(page.locator(f"#session-{second}")).to_have_count(0)
+    page.click("#show-archived")
+    expect(page.locator("h1")).to_have_text("Archived sessions")
+    expect(page.locator(f"#session-{second}")).to_be_visible()
+    page.locator(f"#session-{second} button.archive").click()
+    expect(page.locator(f"#session-{second}")).to_have_count(0)
+    page.click("#show-listed")
+    expect(items).to_have_count(2)
+    screenshot(page, "sessions_pinned")

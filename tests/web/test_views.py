@@ -446,3 +446,27 @@ def test_dark_mode_needs_the_csrf_token(user: Any) -> None:
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(user)
     assert strict.post("/settings/theme", {"theme": "dark"}).status_code == 403
+
+
+def test_pinned_sessions_come_first_and_archived_ones_wait_under_archived(
+    ada: Client, user: Any, workspace: Workspace, endpoint: ModelEndpoint
+) -> None:
+    older, newer, other = (
+        session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="m", tools=[], title=title)
+        for title in ("Older", "Newer", "Other")
+    )
+
+    def order(html: str) -> list[str]:
+        return re.findall(r'<a class="title" href="/sessions/\d+/">([^<]+)</a>', html)
+
+    assert order(ada.get("/").content.decode()) == ["Other", "Newer", "Older"]
+    pinned = ada.post(f"/sessions/{older.pk}/pin", {"set": "1"}, headers={"HX-Request": "true"})
+    assert order(pinned.content.decode()) == ["Older", "Other", "Newer"], "the list as it now stands"
+    archived = ada.post(f"/sessions/{other.pk}/archive", {"set": "1"}, headers={"HX-Request": "true"})
+    assert order(archived.content.decode()) == ["Older", "Newer"]
+    page = ada.get("/").content.decode()
+    assert "Archived sessions (1)" in page and order(page) == ["Older", "Newer"]
+    assert order(ada.get("/", {"archived": "1"}).content.decode()) == ["Other"]
+    ada.post(f"/sessions/{other.pk}/archive", {"set": "0"})
+    ada.post(f"/sessions/{older.pk}/pin", {"set": "0"})
+    assert order(ada.get("/").content.decode()) == ["Other", "Newer", "Older"], "back where their time puts them"
