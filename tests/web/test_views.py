@@ -451,7 +451,7 @@ def test_dark_mode_needs_the_csrf_token(user: Any) -> None:
 def test_pinned_sessions_come_first_and_archived_ones_wait_under_archived(
     ada: Client, user: Any, workspace: Workspace, endpoint: ModelEndpoint
 ) -> None:
-    older, newer, other = (
+    older, _newer, other = (
         session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="m", tools=[], title=title)
         for title in ("Older", "Newer", "Other")
     )
