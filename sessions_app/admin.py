@@ -27,6 +27,7 @@ from sessions_app.models import (
     TurnStatus,
     Workspace,
 )
+from sessions_app.selectors.totals import with_totals
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -232,7 +233,19 @@ def turn_tree_html(turns: Sequence[Turn]) -> SafeString:
 
 @admin.register(ChatSession)
 class ChatSessionAdmin(ReadOnlyAdmin):
-    list_display = ["id", "title", "owner", "workspace", "model_name", "mode", "updated_at", "deleted_at"]
+    list_display = [
+        "id",
+        "title",
+        "owner",
+        "workspace",
+        "model_name",
+        "mode",
+        "requests",
+        "prompt_tokens",
+        "cached",
+        "updated_at",
+        "deleted_at",
+    ]
     list_filter = ["owner", "workspace", "mode", ("deleted_at", admin.EmptyFieldListFilter)]
     search_fields = ["title", "owner__username"]
     readonly_fields = ["turn_tree"]
@@ -240,6 +253,22 @@ class ChatSessionAdmin(ReadOnlyAdmin):
 
     class Media:
         css = {"all": ["cachet/admin.css"]}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ChatSession]:
+        return with_totals(super().get_queryset(request))
+
+    @admin.display(description="requests", ordering="request_count")
+    def requests(self, session: ChatSession) -> int:
+        return int(getattr(session, "request_count", 0))
+
+    @admin.display(description="prompt tokens", ordering="prompt_sum")
+    def prompt_tokens(self, session: ChatSession) -> str:
+        return f"{getattr(session, 'prompt_sum', 0):,}"
+
+    @admin.display(description="cached")
+    def cached(self, session: ChatSession) -> str:
+        prompt = int(getattr(session, "prompt_sum", 0))
+        return f"{int(getattr(session, 'cached_sum', 0)) / prompt:.0%}" if prompt else "–"
 
     @admin.display(description="turns")
     def turn_tree(self, session: ChatSession) -> SafeString:

@@ -22,6 +22,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from sessions_app.models import BreakCause, ModelRequest, RequestStatus
+from sessions_app.selectors.totals import RequestTotals
 
 HEIGHT = 100.0
 WIDTH = 20.0
@@ -221,3 +222,23 @@ def chart_html(bars: Sequence[Bar], *, window: int, auto_at: float, more: int = 
         ttft_ticks,
         round(auto_at * 100),
     )
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def summary_text(totals: RequestTotals) -> str:
+    """The chart's summary line: the session's requests added up, and what the prompt cache saved."""
+    if not totals.requests:
+        return "No requests yet."
+    parts = [f"{totals.requests:,} request{'s' if totals.requests != 1 else ''}"]
+    share = totals.cached_share
+    cached = f", {share * 100:.0f} % cached" if share is not None else ""
+    parts.append(f"{totals.prompt_tokens:,} prompt tokens{cached}")
+    parts.append(f"{totals.processed_tokens:,} processed in {_duration(totals.prompt_seconds)}")
+    if totals.cached_tokens:
+        saved = totals.saved_seconds
+        at_speed = f", about {_duration(saved)} at this server's measured speed" if saved is not None else ""
+        parts.append(f"the cache saved {totals.cached_tokens:,} tokens{at_speed}")
+    return " · ".join(parts)

@@ -15,6 +15,7 @@ from chat.web.display import CompactionView, StepView, ToolRow, TranscriptPage, 
 from chat.web.messages import TEXT_PIECE, Put, Remove
 from sessions_app import prompts
 from sessions_app.models import ChatSession, Mode, ModelRequest
+from sessions_app.selectors.totals import RequestTotals
 
 CHART_WINDOW_DEFAULT = 8192
 
@@ -105,6 +106,13 @@ def chart_put(session: ChatSession, requests: Sequence[ModelRequest], *, more: i
 def bar_put(bar: chart.Bar, *, window: int) -> Put:
     html = chart.bar_html(bar, window=window, auto_at=prompts.rules_config().compaction_auto_at)
     return Put(f"bar-{bar.request.pk}", str(html), into="chart-bars", at="end")
+
+
+def summary_put(totals: RequestTotals) -> Put:
+    """The chart's summary line."""
+    return Put(
+        "chart-summary", format_html('<p id="chart-summary" class="chart-summary">{}</p>', chart.summary_text(totals))
+    )
 
 
 def title_put(session: ChatSession) -> Put:

@@ -59,6 +59,7 @@ from chat.web.display import (
 from chat.web.messages import Op, live_messages, pack, utf16_length
 from sessions_app.models import ChatSession, RequestKind, Result, Step
 from sessions_app.selectors.requests import finished_requests, last_time_to_first_token
+from sessions_app.selectors.totals import session_totals
 
 logger = logging.getLogger(__name__)
 
@@ -372,6 +373,7 @@ class Publisher:
         finished = finished_requests(session=session)
         self.bars = finished.count()
         self.last_ttft = last_time_to_first_token(finished)
+        self.totals = session_totals(session)
         self.shown_bars: dict[int, chart.Bar] = {}
         self.window = fragments.chart_window(session)
         self.shown: _ShownTurn | None = None  # the turn this reply runs, as the tabs were shown it
@@ -429,7 +431,8 @@ class Publisher:
         if request.time_to_first_token is not None:
             self.last_ttft = request.time_to_first_token
         self.shown_bars[request.pk] = bar
-        self.group([fragments.bar_put(bar, window=self.window)])
+        self.totals = self.totals.plus(request)
+        self.group([fragments.bar_put(bar, window=self.window), fragments.summary_put(self.totals)])
 
     def _cache_checked(self, event: CacheChecked) -> None:
         bar = self.shown_bars.pop(event.request.pk, None)

@@ -17,7 +17,7 @@ from django_htmx.middleware import HtmxDetails
 from chat.agent.budget import Window, window_of
 from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.tools import tool_list
-from chat.web import fragments
+from chat.web import chart, fragments
 from chat.web.display import call_target, result_id, result_status, single_turn, transcript_page
 from chat.web.forms import ImportForm, ModelChangeForm, NewSessionForm, RenameForm, SessionSearchForm, ThemeForm
 from chat.web.sync import chart_requests
@@ -36,6 +36,7 @@ from sessions_app.selectors.sessions import (
     unusable_workspace_ids,
     workspace_refusal,
 )
+from sessions_app.selectors.totals import session_totals, with_totals
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import (
     session_archive,
@@ -79,7 +80,7 @@ def home_context(request: HttpRequest, query: QueryDict | None = None) -> dict[s
     query = request.GET if query is None else query
     form = SessionSearchForm(query or None, owner=request.user)
     archived = query.get("archived") == "1"
-    listed = session_list(owner=request.user).filter(archived=archived).order_by("-pinned", "-updated_at")
+    listed = with_totals(session_list(owner=request.user).filter(archived=archived)).order_by("-pinned", "-updated_at")
     context: dict[str, Any] = {
         "form": form,
         "searched": False,
@@ -179,6 +180,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         "running": running,
         "modes": Mode.choices,
         "chart": fragments.chart_markup(session, requests, more=more, first_index=first_index),
+        "summary": chart.summary_text(session_totals(session)),
         "window_text": window_text(window_of(session.endpoint)),
         "ws_path": f"/ws/sessions/{session.pk}/",
         "read_only": str(refused) if refused is not None else "",

@@ -376,6 +376,8 @@ def test_a_working_session_for_the_readme(browser: Browser, world: World) -> Non
     expect(page.locator("#turn-2")).to_have_attribute("data-status", "done")
     wait_idle(page)
     expect(page.locator("#chart svg g.bar")).to_have_count(5)
+    expect(page.locator("#chart-summary")).to_contain_text("5 requests · ")  # drawn again with each request
+    expect(page.locator("#chart-summary")).to_contain_text("% cached")
     page.locator("#turn-1 .tool >> nth=2").locator("summary").click()
     assert "Hello there" in (world.folder / "app.py").read_text()
     page.set_viewport_size({"width": 1400, "height": 1000})

@@ -84,6 +84,9 @@ def test_sessions_and_requests_pages_render(staff: Client, results: list[Result]
     assert staff.get(reverse("admin:sessions_app_chatsession_change", args=[chat_session.pk])).status_code == 200
     assert staff.get(reverse("admin:sessions_app_modelrequest_changelist")).status_code == 200
     assert staff.get(reverse("admin:sessions_app_turn_changelist")).status_code == 200
+    listing = staff.get(reverse("admin:sessions_app_chatsession_changelist")).content.decode()
+    assert all(column in listing for column in ("column-requests", "column-prompt_tokens", "column-cached"))
+    assert staff.get(reverse("admin:sessions_app_chatsession_changelist"), {"o": "7"}).status_code == 200
 
 
 def test_admin_needs_staff(client: Client, user: Any) -> None:

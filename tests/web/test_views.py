@@ -470,3 +470,16 @@ def test_pinned_sessions_come_first_and_archived_ones_wait_under_archived(
     ada.post(f"/sessions/{other.pk}/archive", {"set": "0"})
     ada.post(f"/sessions/{older.pk}/pin", {"set": "0"})
     assert order(ada.get("/").content.decode()) == ["Other", "Newer", "Older"], "back where their time puts them"
+
+
+def test_the_chart_and_the_list_show_the_sessions_totals(
+    ada: Client, live_session: ChatSession, model: ScriptedServer
+) -> None:
+    assert "No requests yet." in ada.get(f"/sessions/{live_session.pk}/").content.decode()
+    chatted(live_session, model)
+    page = ada.get(f"/sessions/{live_session.pk}/").content.decode()
+    assert re.search(
+        r'<p id="chart-summary" class="chart-summary">2 requests · [\d,]+ prompt tokens, \d+ % cached', page
+    )
+    listing = ada.get("/").content.decode()
+    assert re.search(r'<span class="totals"[^>]*>2 requests, [\d,]+ tokens, \d+ % cached</span>', listing)
