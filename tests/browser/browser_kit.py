@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True, "device_scale_factor": 2}
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "screenshots"
 PASSWORDS = {"ada": "ada-password-1", "bob": "bob-password-1"}
 # Every page reports a content security policy violation as a console error, which fails the test.
@@ -140,3 +143,13 @@ def screenshot(page: Any, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path))
     return path
+
+
+def publish_screenshots(paths: list[Path]) -> None:
+    """Copy ``paths`` into ``$CACHET_SCREENSHOTS_TO`` where it is set: how ``python -m testing.screenshots``
+    makes the README's pictures from this scripted session (``readme.png`` becomes ``screenshot.png``)."""
+    target = os.environ.get("CACHET_SCREENSHOTS_TO")
+    if not target:
+        return
+    for path in paths:
+        shutil.copyfile(path, Path(target) / path.name.replace("readme", "screenshot"))

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from sessions_app.models import ChatSession, ModelRequest, Turn, TurnStatus
 from testing.scripted_server import Step
-from tests.browser.browser_kit import Browser, World, in_thread, login, screenshot
+from tests.browser.browser_kit import PHONE, Browser, World, in_thread, login, publish_screenshots, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=15_000)
@@ -350,7 +350,7 @@ def test_a_working_session_for_the_readme(browser: Browser, world: World) -> Non
     world.model.push(
         Step(
             text="Let me find where the greeting is built.",
-            tool_calls=[("grep", {"pattern": "hello", "path": "."}), ("read", {"path": "app.py"})],
+            tool_calls=[("grep", {"pattern": "name", "path": "."}), ("read", {"path": "app.py"})],
         ),
         Step(tool_calls=[("edit", {"path": "app.py", "old_string": "'hello '", "new_string": "'Hello there, '"})]),
         Step(
@@ -382,7 +382,18 @@ def test_a_working_session_for_the_readme(browser: Browser, world: World) -> Non
     assert "Hello there" in (world.folder / "app.py").read_text()
     page.set_viewport_size({"width": 1400, "height": 1000})
     page.evaluate("() => window.scrollTo(0, 0)")
-    screenshot(page, "readme")
+    shots = [screenshot(page, "readme")]
+    page.emulate_media(color_scheme="dark")  # Dark mode "Auto" follows the system
+    assert page.evaluate("() => matchMedia('(prefers-color-scheme: dark)').matches")
+    shots.append(screenshot(page, "readme-dark"))
+    phone = browser.page("ada", **PHONE)
+    phone.goto(page.url)
+    expect(phone.locator("#turn-2")).to_have_attribute("data-status", "done")
+    phone.evaluate("() => window.scrollTo(0, 0)")
+    shots.append(screenshot(phone, "readme-phone"))
+    shown = page.locator("#transcript").inner_text() + page.locator("#chart").inner_text()
+    assert str(world.folder) not in shown, [line for line in shown.splitlines() if str(world.folder) in line]
+    publish_screenshots(shots)
 
 
 def test_a_shared_link_shows_bob_adas_conversation_without_controls(browser: Browser, world: World) -> None:

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from testing.scripted_server import Step
-from tests.browser.browser_kit import Browser, World, in_thread, login, screenshot
+from tests.browser.browser_kit import PHONE, Browser, World, in_thread, login, screenshot
 from tests.browser.test_browser_chat import LONG_REPLY, send, start_session, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -178,9 +178,6 @@ def test_a_reply_finished_in_a_hidden_tab_marks_the_title_and_notifies(browser: 
     # Notify me is remembered in this browser
     page.reload()
     expect(page.get_by_label("Notify me")).to_be_checked()
-
-
-PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True, "device_scale_factor": 2}
 
 
 def box(page: Any, selector: str) -> dict[str, float]:
