@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import itertools
 import re
+import socket
 from typing import Any
 
 import pytest
 from playwright.sync_api import expect
 
+from sessions_app.models import ModelEndpoint
 from testing.scripted_server import Step
 from tests.browser.browser_kit import PHONE, Browser, World, in_thread, login, screenshot
 from tests.browser.test_browser_chat import LONG_REPLY, send, start_session, wait_idle
@@ -282,3 +284,25 @@ def test_on_a_phone_an_admins_header_shows_every_control_on_the_screen(browser: 
         shown = box(page, selector)
         assert shown["x"] >= 0 and shown["x"] + shown["width"] <= 390, (selector, shown)
     screenshot(page, "phone_admin_header")
+
+
+def test_leaving_a_page_while_htmx_still_waits_logs_no_error(browser: Browser, world: World) -> None:
+    """The model menu asks every endpoint's server; one that never answers keeps the request waiting, and
+    leaving the page then aborts it: htmx would log that as an error."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # connections wait in the backlog: the request is sent, no answer comes
+    try:
+        port = silent.getsockname()[1]
+        in_thread(
+            lambda: ModelEndpoint.objects.create(name="silent", base_url=f"http://127.0.0.1:{port}/v1", model="m")
+        )
+        page = browser.page("ada")
+        start_session(page)
+        with page.expect_request(lambda request: request.url.endswith("/models")):
+            page.locator("#model-control summary").click()
+        page.get_by_role("link", name="Sessions").click()
+        page.wait_for_url(world.url + "/")
+        expect(page.locator("h1")).to_have_text("Your sessions")
+    finally:
+        silent.close()
