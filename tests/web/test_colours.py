@@ -21,6 +21,7 @@ PAIRS = [  # text colour, background it is drawn on
     ("--warn-fg", "--warn-bg"),
     ("--error-fg", "--error-bg"),
     ("--danger", "--bg"),
+    ("--ttft", "--bg"),  # the time axis's labels
 ]
 
 

@@ -50,7 +50,14 @@ def test_a_link_shows_the_live_branch_and_its_results_read_only(
     assert "How long are the notes?" in shown and "<strong>30</strong> lines." in shown
     assert "#0001" in shown and "1: line 1" in shown, "the result as the model was sent it"
     assert "shared by ada" in shown
-    for control in ('class="link edit"', 'class="link rewind"', "ws-connect", 'id="composer"', "full-link", "copy"):
+    for control in (
+        'class="link edit"',
+        'class="link rewind"',
+        "ws-connect",
+        'id="composer"',
+        "full-link",
+        "copy-reply",
+    ):
         assert control not in shown, control
     assert ada.post(f"/sessions/{live_session.pk}/share", headers={"HX-Request": "true"}).status_code == 200
     assert SessionShare.objects.filter(session=live_session).count() == 1, "one working link"

@@ -1,0 +1,71 @@
+"""Every page, in both themes, checked by axe-core (vendored, ``tests/browser/vendor``) against WCAG 2 A and AA:
+no serious or critical violation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from sessions_app.models import ChatSession
+from sessions_app.services.shares import share_start
+from testing.scripted_server import Step
+from tests.browser.browser_kit import Browser, World, in_thread
+from tests.browser.test_browser_chat import send, start_session, wait_idle
+
+AXE = (Path(__file__).parent / "vendor" / "axe-4.14.1.min.js").read_text()
+SERIOUS = ("serious", "critical")
+
+
+def violations(page: Any) -> list[str]:
+    """What axe finds on ``page`` as it is now (run through the debugging protocol, which the page's content
+    security policy does not govern)."""
+    page.evaluate(AXE + "\n;0")
+    found = page.evaluate(
+        """async () => (await axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa']}}))
+             .violations.map((v) => ({id: v.id, impact: v.impact, help: v.help,
+                                      nodes: v.nodes.slice(0, 8).map((n) => n.target.join(' '))}))"""
+    )
+    return [
+        f"{item['id']} ({item['impact']}): {item['help']} at {item['nodes']}"
+        for item in found
+        if item["impact"] in SERIOUS
+    ]
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_page_has_no_serious_violation(browser: Browser, world: World, scheme: str) -> None:
+    world.model.push(
+        Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]),
+        Step(text="The notes have **40** lines:\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nprint('hi')\n```"),
+    )
+    page = browser.page("ada")
+    page.emulate_media(color_scheme=scheme)
+    session_id = start_session(page)
+    send(page, "How long are the notes?")
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
+    wait_idle(page)
+    token = in_thread(lambda: share_start(session=ChatSession.objects.get(pk=session_id)).token)
+    pages = {
+        "session": f"/sessions/{session_id}/",
+        "sessions": "/",
+        "new session": "/sessions/new",
+        "chart": f"/sessions/{session_id}/chart",
+        "result": f"/sessions/{session_id}/results/1/",
+        "turn": f"/sessions/{session_id}/turns/1/?whole=1",
+        "password": "/password/",
+        "shared": f"/shared/{token}/",
+    }
+    found: dict[str, list[str]] = {}
+    for name, path in pages.items():
+        page.goto(world.url + path)
+        page.wait_for_load_state("networkidle")
+        found[name] = violations(page)
+    anonymous = browser.page(None)
+    anonymous.emulate_media(color_scheme=scheme)
+    anonymous.goto(world.url + "/login/")
+    found["login"] = violations(anonymous)
+    failing = {name: items for name, items in found.items() if items}
+    assert not failing, "\n".join(f"{name}: {item}" for name, items in failing.items() for item in items)
