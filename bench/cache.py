@@ -932,7 +932,7 @@ def main() -> None:
     parser.add_argument(
         "--scenarios",
         default=None,
-        help="the team's scenarios, SESSIONSxREPLICASxSLOTS separated by commas, or 'all' (the 18 of 2, 4, 8 "
+        help="the team's scenarios, SESSIONSxREPLICASxSLOTS separated by commas, 'none', or 'all' (the 18 of 2, 4, 8 "
         f"sessions on 1, 2 replicas of 1, 2, 4 slots); default {','.join(map(str, TEAM_SCENARIOS))}; quick 2x1x2",
     )
     parser.add_argument("--turns", type=int, default=None, help="turns of the reference session (30; quick 6)")
@@ -953,8 +953,10 @@ def main() -> None:
     alternation_turns = 2 if args.quick else 4
     slot_turns = args.session_turns or (12 if args.quick else 30)
     counts = (2,) if args.quick else (2, 4)
-    if args.scenarios == "all":
-        scenarios: Sequence[Scenario] = ALL_SCENARIOS
+    if args.scenarios == "none":
+        scenarios: Sequence[Scenario] = []
+    elif args.scenarios == "all":
+        scenarios = ALL_SCENARIOS
     elif args.scenarios:
         scenarios = [Scenario.parse(text) for text in args.scenarios.split(",")]
     else:
@@ -973,6 +975,8 @@ def main() -> None:
 
     def team() -> float:
         """The team's scenarios under every policy; the worst processed/floor of Cachet with saved slots."""
+        if not scenarios:
+            return 0.0
         letters = "abcdefghijklmnop"[: max(scenario.sessions for scenario in scenarios)]
         sessions = [record_session(work, f"team-{letter}", session_actions(slot_turns)) for letter in letters]
         print(f"recorded: {len(sessions)} sessions of {slot_turns} turns ({time.monotonic() - started:.0f} s)")
@@ -1006,7 +1010,7 @@ def main() -> None:
     run_alternation(servers, others, counts)
     floor_ratio = team()
     print()
-    print(f"cachet processed/floor = {floor_ratio:.3f}")
+    print(f"cachet processed/floor = {floor_ratio:.3f}" if floor_ratio else "cachet processed/floor = n/a")
     print(f"cachet processed/minimum = {worst:.3f}")
     print(f"(all in {time.monotonic() - started:.0f} s)")
 
