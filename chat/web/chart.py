@@ -21,7 +21,7 @@ from html import escape
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from sessions_app.models import BreakCause, ModelRequest, RequestStatus
+from sessions_app.models import BreakCause, ModelRequest, Moved, RequestStatus
 from sessions_app.selectors.totals import RequestTotals
 
 HEIGHT = 100.0
@@ -106,6 +106,33 @@ def _cause_labels() -> dict[str, str]:
     return {str(cause.value): str(cause.label) for cause in BreakCause}
 
 
+# What is marked above a bar, one character that reads horizontally in a 16-pixel bar; the word is on hover and
+# in the legend.
+CAUSE_MARKS: dict[str, str] = {
+    BreakCause.FIRST: "1",
+    BreakCause.NEW_TURN: "T",
+    BreakCause.UNDO: "U",
+    BreakCause.REWIND: "W",
+    BreakCause.REGENERATE: "G",
+    BreakCause.BRANCH: "B",
+    BreakCause.COMPACTION: "C",
+    BreakCause.MODEL_CHANGE: "M",
+    BreakCause.RESTART: "R",
+    BreakCause.UNEXPECTED: "!",
+    Moved.REPLICA: "P",
+    Moved.SLOT: "S",
+}
+
+
+def _legend_marks() -> SafeString:
+    words = {**_cause_labels(), **{str(moved.value): str(moved.label) for moved in Moved}}
+    return format_html_join(
+        " ",
+        '<span class="mark cause-{}">{}</span> {}',
+        ((cause, mark, words[cause]) for cause, mark in CAUSE_MARKS.items()),
+    )
+
+
 def _figure(value: int | None) -> str:
     return "—" if value is None else str(value)
 
@@ -181,8 +208,13 @@ def bar_html(bar: Bar, *, window: int, auto_at: float) -> SafeString:
             'vector-effect="non-scaling-stroke"/>'
         )
     parts.append("</g></svg>")
-    shown = bar.cause_label if request.break_cause else request.moved
-    label = f'<span class="cause cause-{cause}">{escape(shown)}</span>' if cause else _NO_CAUSE
+    word = bar.cause_label if request.break_cause else request.moved
+    mark = CAUSE_MARKS.get(bar.marker, "?")
+    label = (
+        f'<span class="cause cause-{cause}" title="{escape(word)}" aria-label="{escape(word)}">{mark}</span>'
+        if cause
+        else _NO_CAUSE
+    )
     return mark_safe(  # every text above is escaped
         f'<div class="chart-bar" id="bar-{request.pk}" data-order="{request.pk}" title="{tooltip}">{label}'
         f'{"".join(parts)}<span class="n">{bar.index}</span></div>'
@@ -194,7 +226,7 @@ def chart_html(bars: Sequence[Bar], *, window: int, auto_at: float, more: int = 
     ticks = format_html_join(
         "",
         '<span class="tick" data-at="{}">{}</span>',
-        ((100, f"{window:,} tokens"), (50, "50 %"), (0, "0")),
+        ((100, "100 %"), (50, "50 %"), (0, "0")),
     )
     ttft_ticks = format_html_join(
         "",
@@ -206,13 +238,15 @@ def chart_html(bars: Sequence[Bar], *, window: int, auto_at: float, more: int = 
     return format_html(
         '<div class="cache-chart" id="cache-chart" data-window="{}" data-bars="{}" role="img" '
         'aria-label="Cache hits per model request">'
-        '<div class="axis tokens">{}</div>'
+        '<div class="axis tokens" title="The prompt as a share of the context window">{}</div>'
         '<div class="plot">{}<div class="bars" id="chart-bars" data-keep="{}">{}</div>'
         '<p class="empty-chart">No model requests yet.</p></div>'
-        '<div class="axis ttft">{}</div></div>'
+        '<div class="axis ttft" title="Time to the first token, each step ten times the one below">{}</div></div>'
+        '<p class="axis-titles"><span>prompt, share of the {} token window</span><span>time to first token</span></p>'
         '<ul class="legend"><li class="l-cached">cached prompt tokens</li><li class="l-uncached">uncached</li>'
-        '<li class="l-ttft">time to first token</li><li class="l-threshold">compaction at {} %</li>'
-        '<li class="l-cause">prefix break, named by its cause</li></ul>',
+        '<li class="l-unknown">cache not reported</li><li class="l-failed">failed request</li>'
+        '<li class="l-ttft">time to first token</li><li class="l-threshold">compaction at {} % of the window</li>'
+        '<li class="l-marks">above a bar, why the prefix broke: {}</li></ul>',
         window,
         len(bars),
         ticks,
@@ -220,7 +254,9 @@ def chart_html(bars: Sequence[Bar], *, window: int, auto_at: float, more: int = 
         SHOWN_BARS,
         bars_markup,
         ttft_ticks,
+        f"{window:,}",
         round(auto_at * 100),
+        _legend_marks(),
     )
 
 

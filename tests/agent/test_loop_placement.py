@@ -117,7 +117,7 @@ def test_a_replica_out_of_reach_moves_the_session_to_another_and_the_chart_marks
     assert (failed.endpoint_url, failed.status) == (home, RequestStatus.FAILED)
     assert (moved.endpoint_url, moved.moved, moved.status) == (other.base_url, "replica", RequestStatus.DONE)
     bar = chart.bar_html(chart.Bar(3, moved, None), window=8192, auto_at=0.8)
-    assert '<span class="cause cause-replica">replica</span>' in bar
+    assert '<span class="cause cause-replica" title="replica" aria-label="replica">P</span>' in bar
     assert f"sent to: {other.base_url}" in bar and "moved: replica" in bar
 
 

@@ -36,7 +36,7 @@ def test_switch_the_model_on_the_page_and_the_chart_marks_the_change(browser: Br
         page.press("#composer-text", "Enter")
         expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
         expect(page.locator("#chart .chart-bar")).to_have_count(1)
-        expect(page.locator("#chart .axis.tokens .tick").first).to_have_text("8,192 tokens")
+        expect(page.locator("#chart .axis-titles span").first).to_contain_text("8,192 token window")
 
         page.click("#model-control summary")
         menu = page.locator("#model-form select[name=endpoint]")
@@ -48,7 +48,7 @@ def test_switch_the_model_on_the_page_and_the_chart_marks_the_change(browser: Br
         expect(page.locator("#notice")).to_contain_text(
             "The model is now beta: the next request reads the conversation again."
         )
-        expect(page.locator("#chart .axis.tokens .tick").first).to_have_text("32,768 tokens")
+        expect(page.locator("#chart .axis-titles span").first).to_contain_text("32,768 token window")
 
         other.push(Step(text="Two, from beta."))
         page.fill("#composer-text", "Second")
@@ -56,7 +56,8 @@ def test_switch_the_model_on_the_page_and_the_chart_marks_the_change(browser: Br
         expect(page.locator("#turn-2")).to_have_attribute("data-status", "done")
         bars = page.locator("#chart .chart-bar")
         expect(bars).to_have_count(2)
-        expect(bars.nth(1).locator(".cause")).to_have_text("model change")
+        expect(bars.nth(1).locator(".cause")).to_have_attribute("title", "model change")
+        expect(bars.nth(1).locator(".cause")).to_have_text("M")
         expect(bars.nth(1).locator("g.bar")).to_have_attribute("data-cause", "model_change")
         screenshot(page, "model-change")
         assert len(other.requests) == 1 and len(world.model.requests) == 1

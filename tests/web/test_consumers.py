@@ -649,7 +649,7 @@ async def test_changing_the_model_shows_in_every_tab_and_the_next_request_is_a_m
         await communicator.send_json_to({"type": "model", "endpoint": f"{bigger.pk}:beta", "model": ""})
         await until(watcher, theirs, lambda m: "The model is now beta" in json.dumps(m))
         assert '<span class="model-name">beta</span>' in theirs.puts["model-control"]
-        new_scale = '<span class="tick" data-at="100">32,768 tokens</span>'
+        new_scale = "<span>prompt, share of the 32,768 token window</span>"
         assert new_scale in theirs.puts["chart"], "the chart is drawn again on the new context window"
         await until(communicator, got, lambda m: "The model is now beta" in json.dumps(m))
         session = await database_sync_to_async(ChatSession.objects.get)(pk=live_session.pk)

@@ -164,13 +164,16 @@ def test_the_chart_has_one_bar_per_finished_request_with_tooltips_and_causes() -
     assert "completion tokens: 30" in html
     assert "time to first token: 0.250 s" in html and "total time: 1.500 s" in html
     assert "bytes sent: 1000" in html and "bytes shared with the request before: 900" in html
-    assert ">first request</span>" in html and ">unexpected</span>" in html
+    assert 'title="first request" aria-label="first request">1</span>' in html
+    assert 'title="unexpected" aria-label="unexpected">!</span>' in html
     assert "cached tokens: not reported" in html
     assert "failed: &lt;boom&gt;" in html and "<boom>" not in html
     assert html.count('class="cause cause-') == 2
     assert html.count('class="ttft"') == 3, "a segment from each timed bar to the timed bar before it"
     assert "<script" not in html and "style=" not in html
-    assert '<span class="tick" data-at="100">2,400 tokens</span>' in html, "the axes are markup, not text"
+    assert '<span class="tick" data-at="100">100 %</span>' in html, "the axes are markup, not text"
+    assert "<span>prompt, share of the 2,400 token window</span>" in html
+    assert '<span class="mark cause-model_change">M</span> model change' in html, "every mark in the legend"
     assert "&lt;span" not in html
 
 
