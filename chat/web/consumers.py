@@ -131,10 +131,12 @@ class ModeChoice(TypedDict):
 
 
 class ModelChoice(TypedDict):
-    """The model menu's choice as sent (``ID`` or ``ID:MODEL``, checked when it is used) and a model typed."""
+    """The model menu's choice as sent (``ID`` or ``ID:MODEL``, checked when it is used), a model typed, and
+    whether the last reply is then asked again on it (Retry with…)."""
 
     endpoint: object
     model: str
+    retry: bool
 
 
 def _nothing(frame: Frame) -> Nothing:
@@ -188,7 +190,8 @@ def _mode_choice(frame: Frame) -> ModeChoice:
 
 def _model_choice(frame: Frame) -> ModelChoice:
     model = frame.get("model")
-    return ModelChoice(endpoint=frame.get("endpoint"), model=model if isinstance(model, str) else "")
+    retry = frame.get("retry") in (True, "1", "on")
+    return ModelChoice(endpoint=frame.get("endpoint"), model=model if isinstance(model, str) else "", retry=retry)
 
 
 P = TypeVar("P")
@@ -430,12 +433,15 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         except ValueError as error:
             await self.notice(str(error))
             return
-        if change is None:
+        if change is None and not choice["retry"]:
             await self.notice(f"The model is already {session.model_name}.", level="info")
             return
-        group = session_group(self.session_id)
-        for text in pack(change.ops, rev=change.revision):
-            await self.channel_layer.group_send(group, {"type": MESSAGE_TYPE, "text": text})
+        if change is not None:
+            group = session_group(self.session_id)
+            for text in pack(change.ops, rev=change.revision):
+                await self.channel_layer.group_send(group, {"type": MESSAGE_TYPE, "text": text})
+        if choice["retry"]:  # Retry with…: the last reply asked again, on the model just chosen
+            await self.start(jobs.Regenerate(restore=False))
 
 
 # Every request a tab may send, by its type. Stop changes nothing of the session: a removed member may still stop.

@@ -250,6 +250,9 @@ def test_a_failed_turn_shows_its_error_and_a_retry(browser: Browser, world: Worl
     expect(page.locator("#turn-1")).to_have_attribute("data-status", "failed")
     expect(page.locator("#turn-1 .turn-error")).to_contain_text("the model fell over")
     screenshot(page, "failed")
+    page.click("#turn-1 .retry-other")
+    expect(page.locator("#model-retry")).to_be_visible()  # the model menu opens, its retry box beside Use
+    page.locator("#model-summary").click()
     page.click("#turn-1 .retry")
     expect(page.locator("#turn-2 .reply")).to_have_text("Fine now.")
     expect(page.locator("#chart svg g.bar")).to_have_count(2)

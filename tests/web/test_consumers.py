@@ -677,6 +677,31 @@ async def test_changing_the_model_shows_in_every_tab_and_the_next_request_is_a_m
     await communicator.disconnect()
 
 
+async def test_retry_with_another_model_asks_the_last_message_again_on_it_in_one_step(
+    live_session: ChatSession, ada_cookie: str, model: ScriptedServer
+) -> None:
+    model.push(Step(fault="http500", text="boom"))
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    await communicator.send_json_to({"type": "send", "text": "Try me"})
+    await until(communicator, got, idle)
+    with ScriptedServer(model="alpha", listed=["alpha", "beta"]) as other:
+        bigger = await database_sync_to_async(ModelEndpoint.objects.create)(
+            name="other", base_url=other.base_url, context_window=8192
+        )
+        other.push(Step(text="Done, on beta."))
+        frame = {"type": "model", "endpoint": f"{bigger.pk}:beta", "model": "", "retry": "1"}
+        await communicator.send_json_to(frame)
+        await until(communicator, got, says("The model is now beta"))
+        await until(communicator, got, lambda m: idle(m) and "Done, on beta." in json.dumps(got.puts))
+        body = json.loads(other.requests[0])
+    assert body["model"] == "beta" and body["messages"][-1]["content"].startswith("Try me")
+    turns = await database_sync_to_async(
+        lambda: list(Turn.objects.filter(session=live_session).order_by("number").values_list("status", "reply_text"))
+    )()
+    assert turns == [("taken_back", ""), ("done", "Done, on beta.")], "the failed turn stays, as a branch"
+    await communicator.disconnect()
+
+
 def says(text: str) -> Callable[[dict[str, Any]], bool]:
     return lambda message: text in json.dumps(message)
 
