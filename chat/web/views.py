@@ -43,7 +43,7 @@ from sessions_app.services.sessions import (
     session_delete,
     session_pin,
     session_rename,
-    session_start,
+    session_start_or_reuse,
 )
 from sessions_app.services.settings import theme_set
 from sessions_app.services.workspaces import workspace_private
@@ -131,7 +131,7 @@ def session_new(request: HttpRequest) -> HttpResponse:
     form = NewSessionForm(request.POST or None, user=request.user, last=last)
     if request.method == "POST" and form.is_valid():
         workspace = form.cleaned_data["workspace"]
-        session = session_start(
+        session = session_start_or_reuse(
             owner=_user(request),
             workspace=workspace,
             endpoint=form.cleaned_data["endpoint"].endpoint,

@@ -483,3 +483,17 @@ def test_the_chart_and_the_list_show_the_sessions_totals(
     )
     listing = ada.get("/").content.decode()
     assert re.search(r'<span class="totals"[^>]*>2 requests, [\d,]+ tokens, \d+ % cached</span>', listing)
+
+
+def test_starting_sessions_and_leaving_them_empty_leaves_one_empty_session(
+    ada: Client, user: Any, workspace: Workspace, endpoint: ModelEndpoint
+) -> None:
+    form = {"workspace": workspace.pk, "endpoint": endpoint.pk, "model": "", "mode": "edit"}
+    first = ada.post("/sessions/new", form)["Location"]
+    assert ada.post("/sessions/new", form)["Location"] == first, "the empty one again"
+    other_mode = ada.post("/sessions/new", {**form, "mode": "plan"})["Location"]
+    assert other_mode != first
+    session = ChatSession.objects.get(pk=int(first.strip("/").rsplit("/", 1)[1]))
+    turn_start(session=session, words="hello", today="2026-12-05", instructions=None)
+    assert ada.post("/sessions/new", form)["Location"] not in (first, other_mode), "a used session is never reused"
+    assert ChatSession.objects.filter(owner=user).count() == 3
