@@ -1,7 +1,8 @@
 // How the pages look and what a person notices, beside chat.js:
 // - Dark mode is applied the moment it is chosen (htmx saves it; the server renders it on <html> from then on,
 //   so a page never flashes the other theme);
-// - Esc stops a running reply, as Stop does;
+// - Esc stops a running reply, as Stop does; Ctrl+Shift+O (⌘⇧O) starts a new session, Shift+Esc puts the cursor in
+//   the message box, and "/" (outside a text field) in the session search;
 // - a reply that finishes while the tab is hidden marks the tab's title until the tab is seen again, and shows a
 //   browser notification where the person ticked Notify me and the browser allowed it;
 // - on a phone: More opens the less-used controls, the Chat and Cache tabs, and a tapped chart bar shows its
@@ -24,13 +25,33 @@
 
   // --- Esc stops -----------------------------------------------------------------------------------------
   document.addEventListener("keydown", function (event) {
-    if (event.key !== "Escape" || event.defaultPrevented || event.isComposing) return;
+    if (event.key !== "Escape" || event.shiftKey || event.defaultPrevented || event.isComposing) return;
     var more = document.getElementById("toolbar");
     if (more && more.classList.contains("more-open")) { openMore(false); return; }
     var stop = document.getElementById("stop-button");
     if (stop && !stop.disabled && controlsState() === "running") {
       event.preventDefault();
       stop.click();
+    }
+  });
+
+  // --- shortcuts ----------------------------------------------------------------------------------------------
+  function typing(target) {
+    return target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.defaultPrevented || event.isComposing) return;
+    var key = event.key.toLowerCase();
+    if (key === "o" && event.shiftKey && (event.ctrlKey || event.metaKey)) {
+      event.preventDefault();
+      window.location.assign("/sessions/new");
+    } else if (event.key === "Escape" && event.shiftKey) {
+      var box = document.getElementById("composer-text");
+      if (box) { event.preventDefault(); box.focus(); }
+    } else if (event.key === "/" && !typing(event.target) && !event.ctrlKey && !event.metaKey && !event.altKey) {
+      var search = document.getElementById("search-q");
+      if (search) { event.preventDefault(); search.focus(); }
     }
   });
 

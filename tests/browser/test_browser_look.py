@@ -306,3 +306,19 @@ def test_leaving_a_page_while_htmx_still_waits_logs_no_error(browser: Browser, w
         expect(page.locator("h1")).to_have_text("Your sessions")
     finally:
         silent.close()
+
+
+def test_keyboard_shortcuts_for_a_new_session_the_message_box_and_the_search(browser: Browser, world: World) -> None:
+    page = browser.page("ada")
+    page.keyboard.press("/")
+    expect(page.locator("#search-q")).to_be_focused()
+    page.keyboard.type("x/")
+    expect(page.locator("#search-q")).to_have_value("x/")  # typed in a field, / is a slash
+    page.keyboard.press("Control+Shift+O")
+    page.wait_for_url(world.url + "/sessions/new")
+    page.select_option("select[name=workspace]", label="demo")
+    page.click("#start-session")
+    page.wait_for_url(re.compile(r"/sessions/\d+/$"))
+    page.locator("h1").click()
+    page.keyboard.press("Shift+Escape")
+    expect(page.locator("#composer-text")).to_be_focused()
