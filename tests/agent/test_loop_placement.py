@@ -25,6 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 FAST = Timeouts(connect=2.0, first_token=60.0, between_chunks=60.0)
 SLOT_CONTEXT = 16384
+SHAPE = ModelShape(layers=1, dim=32, heads=1, ff=64, ctx=SLOT_CONTEXT)  # placement, not arithmetic, is tested
 WORDS = 50  # a turn of 50 words (about 300 tokens) after a prefix of about 4,500
 
 
@@ -47,9 +48,9 @@ def _session(user: Any, workspace: Workspace, endpoint: ModelEndpoint) -> ChatSe
 
 @pytest.fixture(scope="module")
 def two_slots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", ModelShape(ctx=SLOT_CONTEXT))
+    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", SHAPE)
     with LlamaServer(
-        model, ctx_size=2 * SLOT_CONTEXT, n_predict=4, alias="tiny", cache_ram_mib=0, parallel=2
+        model, ctx_size=2 * SLOT_CONTEXT, n_predict=1, alias="tiny", cache_ram_mib=0, parallel=2
     ) as server:
         yield server
 
@@ -134,11 +135,11 @@ def test_requests_to_a_server_of_one_slot_name_no_slot(user: Any, workspace: Wor
 def test_a_session_whose_slot_was_taken_over_has_its_prefix_put_back(
     user: Any, workspace: Workspace, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", ModelShape(ctx=SLOT_CONTEXT))
+    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", SHAPE)
     saves = tmp_path / "slots"
     saves.mkdir()
     with LlamaServer(
-        model, ctx_size=2 * SLOT_CONTEXT, n_predict=4, alias="tiny", cache_ram_mib=0, parallel=2, slot_save_path=saves
+        model, ctx_size=2 * SLOT_CONTEXT, n_predict=1, alias="tiny", cache_ram_mib=0, parallel=2, slot_save_path=saves
     ) as server:
         assert placement.server_slots(server.base_url, api_key=None) == (2, True)
         endpoint = ModelEndpoint.objects.create(
@@ -162,9 +163,9 @@ def test_a_session_whose_slot_was_taken_over_has_its_prefix_put_back(
 def test_a_llama_cpp_replica_that_goes_down_moves_its_session_to_the_other(
     user: Any, workspace: Workspace, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", ModelShape(ctx=SLOT_CONTEXT))
-    first = LlamaServer(model, ctx_size=SLOT_CONTEXT, n_predict=4, alias="tiny", cache_ram_mib=0).start()
-    second = LlamaServer(model, ctx_size=SLOT_CONTEXT, n_predict=4, alias="tiny", cache_ram_mib=0).start()
+    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", SHAPE)
+    first = LlamaServer(model, ctx_size=SLOT_CONTEXT, n_predict=1, alias="tiny", cache_ram_mib=0).start()
+    second = LlamaServer(model, ctx_size=SLOT_CONTEXT, n_predict=1, alias="tiny", cache_ram_mib=0).start()
     try:
         endpoint = ModelEndpoint.objects.create(
             name="pair", base_url=first.base_url, replica_urls=second.base_url, model="tiny", context_window=8192
