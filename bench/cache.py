@@ -40,10 +40,10 @@ replicas of 1, 2 or 4 slots (``--scenarios``; the default seven, or ``all`` eigh
 server of 2 slots), each scenario under six policies: Cachet's requests with llama.cpp's own slot choice, with
 Cachet's placement (the reply loop's own ``place``: replica, then ``id_slot``, leaving a server that saves
 no slots to its own choice once it has more sessions than slots) on default flags, and with
-``--slot-save-path`` added (the README's flags: a prefix saved when its slot is taken over, put back when its
-session returns), and the peers (a), (b) and (c) with the server's own choice. Sessions go to the replica of
-their number, as Cachet spreads them. Every figure is processed tokens over the floor: the same sessions, each
-on a server of its own. The ``--slot-save-path`` files go to temporary folders.
+``--slot-save-path`` added (the flags docs/deployment.md recommends: a prefix saved when its slot is taken
+over, put back when its session returns), and the peers (a), (b) and (c) with the server's own choice.
+Sessions go to the replica of their number, as Cachet spreads them. Every figure is processed tokens over the
+floor: the same sessions, each on a server of its own. The ``--slot-save-path`` files go to temporary folders.
 
 The lines ``cachet processed/minimum = R`` (R to 3 decimals, the worst template shape) and ``cachet
 processed/floor = R`` (the worst scenario of Cachet's placement with saved slots against each session alone) are
@@ -884,7 +884,7 @@ def run_team(
         f"A team: sessions of {turns} turns taking turns round robin on replicas x slots (llama.cpp, --cache-ram "
         "default); processed tokens over the floor (each session alone on a server of its own). llama.cpp and the "
         "peers: the server's own slot choice, default flags; cachet: its placement (id_slot), default flags; "
-        "cachet + saves: the same with --slot-save-path (the README's flags)."
+        "cachet + saves: the same with --slot-save-path (the flags docs/deployment.md recommends)."
     )
     print(f"{'scenario':<22}{'floor':>11}" + "".join(f"{policy:>16}" for policy in policies))
     worst = 0.0
