@@ -104,6 +104,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "chat.web.context.theme",
+                "chat.web.sidebar.sidebar",
             ],
             "libraries": {"chat_tags": "chat.web.templatetags"},
         },

@@ -37,3 +37,8 @@ def storable_json(value: object) -> object:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return value
+
+
+def title_from(words: str) -> str:
+    """A session's title taken from its first message: the words on one line, at most 80 characters."""
+    return " ".join(words.split())[:80]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from chat.agent.endpoints import FALLBACK_MODEL, EndpointModels, endpoint_models
@@ -126,7 +127,14 @@ class NewSessionForm(_ModelChoiceForm):
         help_text="plan: read only · edit: read and change files · full: also run commands where allowed.",
     )
 
-    field_order = ["workspace", "endpoint", "model", "mode"]
+    text = forms.CharField(
+        label="Message",
+        strip=False,
+        widget=forms.Textarea,
+        error_messages={"required": "Type a message: the session is stored when its first message is sent."},
+    )
+
+    field_order = ["workspace", "endpoint", "model", "mode", "text"]
 
     def __init__(
         self, *args: Any, user: AbstractBaseUser | AnonymousUser, last: ChatSession | None = None, **kwargs: Any
@@ -136,6 +144,17 @@ class NewSessionForm(_ModelChoiceForm):
         assert isinstance(field, forms.ModelChoiceField)
         field.queryset = workspaces_for(user=user)
         self.last = last
+
+    def clean_text(self) -> str:
+        text = self.cleaned_data["text"]
+        if not text.strip():
+            raise forms.ValidationError(self.fields["text"].error_messages["required"])
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > settings.CACHET_MAX_MESSAGE_BYTES:
+            raise forms.ValidationError(
+                f"The message is {size:,} bytes; a message is at most {settings.CACHET_MAX_MESSAGE_BYTES:,}."
+            )
+        return str(text)
 
     def choose_workspace(self, workspace: Workspace) -> None:
         """Start with ``workspace`` chosen, unless the person's last session is on one they may still use."""

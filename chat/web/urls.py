@@ -3,12 +3,13 @@ from __future__ import annotations
 from django.urls import path
 
 import cachet.converters  # noqa: F401  (registers the ``id`` converter)
-from chat.web import shares, transfer, views
+from chat.web import shares, sidebar, transfer, views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("settings/theme", views.theme_view, name="theme"),
     path("sessions/new", views.session_new, name="session_new"),
+    path("sessions/sidebar", sidebar.sidebar_view, name="sidebar"),
     path("sessions/import", transfer.import_session, name="session_import"),
     path("sessions/<id:session_id>/", views.session_page, name="session"),
     path("sessions/<id:session_id>/rename", views.session_rename_view, name="session_rename"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
@@ -17,9 +18,10 @@ from django_htmx.middleware import HtmxDetails
 from chat.agent.budget import Window, window_of
 from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.tools import tool_list
-from chat.web import chart, fragments
+from chat.web import chart, fragments, jobs
 from chat.web.display import call_target, result_id, result_status, single_turn, transcript_page
 from chat.web.forms import ImportForm, ModelChangeForm, NewSessionForm, RenameForm, SessionSearchForm, ThemeForm
+from chat.web.sidebar import sidebar_again
 from chat.web.sync import chart_requests
 from sessions_app import prompts
 from sessions_app.errors import StoreError
@@ -43,10 +45,11 @@ from sessions_app.services.sessions import (
     session_delete,
     session_pin,
     session_rename,
-    session_start_or_reuse,
+    session_start,
 )
 from sessions_app.services.settings import theme_set
 from sessions_app.services.workspaces import workspace_private
+from sessions_app.text import title_from
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -127,18 +130,23 @@ def _endpoints() -> list[EndpointModels]:
 @login_required
 @require_http_methods(["GET", "POST"])
 def session_new(request: HttpRequest) -> HttpResponse:
+    """New chat: an empty composer with the person's last workspace, model and mode chosen. The session is
+    stored with its first message, whose reply is queued at once, so no session is ever left empty."""
     last = session_list(owner=request.user).select_related("workspace").order_by("-created_at").first()
     form = NewSessionForm(request.POST or None, user=request.user, last=last)
     if request.method == "POST" and form.is_valid():
         workspace = form.cleaned_data["workspace"]
-        session = session_start_or_reuse(
+        words = form.cleaned_data["text"].strip()
+        session = session_start(
             owner=_user(request),
             workspace=workspace,
             endpoint=form.cleaned_data["endpoint"].endpoint,
             model_name=form.chosen_model(),
             tools=tool_list(allow_commands=workspace.allow_commands),
             mode=form.cleaned_data["mode"],
+            title=title_from(words),
         )
+        async_to_sync(jobs.start)(session.pk, jobs.Send(words=words), reply_to=None)
         return redirect("session", session_id=session.pk)
     private_refused = ""
     try:
@@ -146,7 +154,12 @@ def session_new(request: HttpRequest) -> HttpResponse:
     except StoreError as error:
         private_refused = str(error)
     form.offer_default(_endpoints())
-    return render(request, "chat/new_session.html", {"form": form, "private_refused": private_refused})
+    context = {
+        "form": form,
+        "private_refused": private_refused,
+        "max_message_bytes": settings.CACHET_MAX_MESSAGE_BYTES,
+    }
+    return render(request, "chat/new_session.html", context)
 
 
 @login_required
@@ -234,13 +247,21 @@ def session_rename_view(request: HtmxHttpRequest, session_id: int) -> HttpRespon
     form = RenameForm(request.POST)
     if form.is_valid():
         session = session_rename(session=session, title=form.cleaned_data["title"])
+    if _from_sidebar(request):
+        return sidebar_again(request, current=request.POST.get("current", ""))
     if request.htmx:
         return render(request, "chat/_session_item.html", {"session": session})
     return redirect("home")
 
 
+def _from_sidebar(request: HtmxHttpRequest) -> bool:
+    return bool(request.htmx) and request.POST.get("from") == "sidebar"
+
+
 def _listed_again(request: HtmxHttpRequest, session: ChatSession) -> HttpResponse:
     """After a pin or an archive: the list as the page showed it (its search sent along), or the page."""
+    if _from_sidebar(request):
+        return sidebar_again(request, current=request.POST.get("current", ""))
     if request.htmx:
         return render(request, "chat/_session_results.html", home_context(request, query=request.POST))
     return redirect("home")
@@ -266,10 +287,16 @@ def session_delete_view(request: HtmxHttpRequest, session_id: int) -> HttpRespon
     session = _session(request, session_id)
     if reply_running(session):
         message = "A reply is running in this session; stop it before deleting the session."
+        if _from_sidebar(request):
+            return sidebar_again(request, current=request.POST.get("current", ""), error=message)
         if request.htmx:
             return render(request, "chat/_session_item.html", {"session": session, "error": message})
         return HttpResponse(message, status=409, content_type="text/plain")
     session_delete(session=session)
+    if _from_sidebar(request):
+        if request.POST.get("current") == str(session.pk):
+            return HttpResponse(status=204, headers={"HX-Redirect": reverse("home")})  # the page shown is gone
+        return sidebar_again(request, current=request.POST.get("current", ""))
     if request.htmx:
         return HttpResponse("")
     return redirect("home")

@@ -89,43 +89,6 @@ def session_start(
 
 
 @transaction.atomic
-def session_start_or_reuse(
-    *,
-    owner: User,
-    workspace: Workspace,
-    endpoint: ModelEndpoint,
-    model_name: str,
-    tools: list[dict[str, Any]],
-    mode: str = Mode.EDIT,
-) -> ChatSession:
-    """The owner's session with nothing in it yet and these same settings, else a new one: starting a session
-    and leaving it unused, again and again, leaves one empty session, not a pile of them."""
-    unused = (
-        ChatSession.objects.filter(
-            owner=owner,
-            workspace=workspace,
-            endpoint=endpoint,
-            model_name=storable(model_name),
-            mode=mode,
-            title="",
-            deleted_at__isnull=True,
-            archived=False,
-            turns__isnull=True,
-            generation_number=1,
-            generations__number=1,
-            generations__tools_json=dumps(tools),
-        )
-        .order_by("-pk")
-        .first()
-    )
-    if unused is not None:
-        return unused
-    return session_start(
-        owner=owner, workspace=workspace, endpoint=endpoint, model_name=model_name, tools=tools, mode=mode
-    )
-
-
-@transaction.atomic
 def session_rename(*, session: ChatSession, title: str) -> ChatSession:
     session.title = storable(title).strip()[:200]
     session.save(update_fields=["title", "updated_at"])

@@ -18,7 +18,7 @@ from sessions_app.selectors.turns import turn_draft_text, turn_reply_text
 from sessions_app.services.durability import WITHOUT_WAITING, commit_without_waiting_for_disk
 from sessions_app.services.revisions import revision_next, turn_bump
 from sessions_app.services.rows import row_insert, row_stored, row_values
-from sessions_app.text import storable, storable_or_none
+from sessions_app.text import storable, storable_or_none, title_from
 from sessions_app.types import StoredCall
 
 NOTE_FIELDS = MESSAGE_FIELDS[1:]  # what a message's note states
@@ -158,7 +158,7 @@ def turn_start(
     generation = current_generation(session)
     composed = _composed(session, generation, words, today=today, instructions=instructions, config=config)
     if not session.title:
-        session.title = " ".join(words.split())[:80]
+        session.title = title_from(words)
     number = _next_turn_number(session)
     session.save(update_fields=["next_turn_number", "title", "updated_at"])
     parent, position = _branch_end(session)

@@ -1,7 +1,7 @@
 // How the pages look and what a person notices, beside chat.js:
 // - Dark mode is applied the moment it is chosen (htmx saves it; the server renders it on <html> from then on,
 //   so a page never flashes the other theme);
-// - Esc stops a running reply, as Stop does; Ctrl+Shift+O (⌘⇧O) starts a new session, Shift+Esc puts the cursor in
+// - Esc stops a running reply, as Stop does (or closes the sidebar drawer); Ctrl+Shift+O (⌘⇧O) opens New chat, Shift+Esc puts the cursor in
 //   the message box, and "/" (outside a text field) in the session search;
 // - a reply that finishes while the tab is hidden marks the tab's title until the tab is seen again, and shows a
 //   browser notification where the person ticked Notify me and the browser allowed it;
@@ -26,6 +26,7 @@
   // --- Esc stops -----------------------------------------------------------------------------------------
   document.addEventListener("keydown", function (event) {
     if (event.key !== "Escape" || event.shiftKey || event.defaultPrevented || event.isComposing) return;
+    if (drawerOpen()) { event.preventDefault(); openDrawer(false); return; }
     var more = document.getElementById("toolbar");
     if (more && more.classList.contains("more-open")) { openMore(false); return; }
     var stop = document.getElementById("stop-button");
@@ -50,8 +51,59 @@
       var box = document.getElementById("composer-text");
       if (box) { event.preventDefault(); box.focus(); }
     } else if (event.key === "/" && !typing(event.target) && !event.ctrlKey && !event.metaKey && !event.altKey) {
-      var search = document.getElementById("search-q");
-      if (search) { event.preventDefault(); search.focus(); }
+      var search = document.getElementById("search-q") || document.getElementById("sidebar-q");
+      if (search) {
+        event.preventDefault();
+        if (search.id === "sidebar-q" && phone()) openDrawer(true);
+        search.focus();
+      }
+    }
+  });
+
+  // --- the sidebar: folds away on a wide screen (remembered in a cookie the server reads), a drawer on a phone ---
+  var PHONE = window.matchMedia("(max-width: 860px)");
+  function phone() { return PHONE.matches; }
+  function drawerOpen() { return document.documentElement.classList.contains("sidebar-open"); }
+  function toggleButton() { return document.getElementById("sidebar-toggle"); }
+  function openDrawer(open) {
+    var sidebar = document.getElementById("sidebar");
+    if (!sidebar) return;
+    document.documentElement.classList.toggle("sidebar-open", open);
+    var backdrop = document.getElementById("sidebar-backdrop");
+    if (backdrop) backdrop.hidden = !open;
+    var button = toggleButton();
+    if (button) button.setAttribute("aria-expanded", open ? "true" : "false");
+    if (open) {
+      var first = document.getElementById("sidebar-new");
+      if (first) first.focus();
+    } else if (button && sidebar.contains(document.activeElement)) {
+      button.focus();
+    }
+  }
+  function fold(folded) {
+    document.documentElement.classList.toggle("sidebar-folded", folded);
+    document.cookie = "cachet_sidebar=" + (folded ? "folded" : "open") + "; path=/; max-age=31536000; SameSite=Lax";
+    var button = toggleButton();
+    if (button) button.setAttribute("aria-expanded", folded ? "false" : "true");
+  }
+  function showState() {
+    var button = toggleButton();
+    if (!button) return;
+    var shown = phone() ? drawerOpen() : !document.documentElement.classList.contains("sidebar-folded");
+    button.setAttribute("aria-expanded", shown ? "true" : "false");
+  }
+  PHONE.addEventListener("change", function () { openDrawer(false); showState(); });
+  document.addEventListener("DOMContentLoaded", showState);
+  document.addEventListener("click", function (event) {
+    var target = event.target instanceof Element ? event.target : null;
+    if (!target) return;
+    if (target.closest("#sidebar-toggle")) {
+      if (phone()) openDrawer(!drawerOpen());
+      else fold(!document.documentElement.classList.contains("sidebar-folded"));
+    } else if (target.closest("#sidebar-close") || target.id === "sidebar-backdrop") {
+      openDrawer(false);
+    } else if (drawerOpen() && target.closest("#sidebar a[href]")) {
+      openDrawer(false);
     }
   });
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urljoin
 
 import pytest
+from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
-from sessions_app.models import ChatSession, ModelRequest, Turn, TurnStatus
+from chat.tools import tool_list
+from chat.web.forms import ModelChoice, model_for
+from sessions_app.models import ChatSession, ModelRequest, Turn, TurnStatus, Workspace
+from sessions_app.selectors.sessions import endpoint_default
+from sessions_app.services.sessions import session_start
 from testing.scripted_server import Step
 from tests.browser.browser_kit import PHONE, Browser, World, in_thread, login, publish_screenshots, screenshot
 
@@ -20,13 +26,29 @@ LONG_REPLY = " ".join(f"word{n}" for n in range(120))
 
 
 def start_session(page: Any, *, mode: str = "edit", workspace: str = "demo") -> int:
-    page.click("#new-session")
-    page.select_option("select[name=workspace]", label=workspace)  # not one's own, which is chosen first
-    page.select_option("select[name=mode]", mode)
-    page.click("#start-session")
-    page.wait_for_url(re.compile(r"/sessions/\d+/$"))
+    """An empty session of the page's person on ``workspace``, opened: the tests of chatting send its first message
+    from the session's own composer. (New chat stores a session with its first message: ``test_new_chat_…``.)"""
+
+    username = page.locator("header.top .who").text_content()
+
+    def started() -> int:
+        user = User.objects.get(username=username)
+        chosen = Workspace.objects.get(name=workspace)
+        endpoint = endpoint_default()
+        assert endpoint is not None
+        return session_start(
+            owner=user,
+            workspace=chosen,
+            endpoint=endpoint,
+            model_name=model_for(ModelChoice(endpoint, "")),
+            tools=tool_list(allow_commands=chosen.allow_commands),
+            mode=mode,
+        ).pk
+
+    session_id = in_thread(started)
+    page.goto(urljoin(page.url, f"/sessions/{session_id}/"))
     wait_idle(page)
-    return int(page.url.rstrip("/").rsplit("/", 1)[1])
+    return session_id
 
 
 def send(page: Any, text: str) -> None:

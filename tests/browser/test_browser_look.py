@@ -269,13 +269,14 @@ def test_on_a_phone_an_admins_header_shows_every_control_on_the_screen(browser: 
     in_thread(admin.save, update_fields=["is_staff"])
     page = browser.page("ada", **PHONE)
     expect(page.get_by_role("link", name="Admin")).to_be_visible()
-    expect(page.get_by_role("link", name="Sessions")).to_be_visible()  # the way back to the list
+    expect(page.locator("#sidebar")).to_be_hidden()
+    expect(page.get_by_role("button", name="Sessions")).to_be_visible()  # the way to the list: the drawer
     expect(page.locator(".theme-label .icon")).to_be_visible()  # the select shows what it is
     expect(page.get_by_label("Dark mode")).to_be_visible()
     for selector in (
         "header.top .brand",
         "header.top nav a[href$='/admin/']",
-        "header.top nav a[href='/']",
+        "#sidebar-toggle",
         ".theme-label .icon",
         "#theme-select",
         "#password-link",
@@ -301,7 +302,7 @@ def test_leaving_a_page_while_htmx_still_waits_logs_no_error(browser: Browser, w
         start_session(page)
         with page.expect_request(lambda request: request.url.endswith("/models")):
             page.locator("#model-control summary").click()
-        page.get_by_role("link", name="Sessions").click()
+        page.get_by_role("link", name="Sessions", exact=True).click()
         page.wait_for_url(world.url + "/")
         expect(page.locator("h1")).to_have_text("Your sessions")
     finally:
@@ -316,9 +317,14 @@ def test_keyboard_shortcuts_for_a_new_session_the_message_box_and_the_search(bro
     expect(page.locator("#search-q")).to_have_value("x/")  # typed in a field, / is a slash
     page.keyboard.press("Control+Shift+O")
     page.wait_for_url(world.url + "/sessions/new")
+    expect(page.locator("#composer-text")).to_be_focused()
     page.select_option("select[name=workspace]", label="demo")
-    page.click("#start-session")
+    world.model.push(Step(text="Hello."))
+    page.locator("#composer-text").click()
+    page.keyboard.type("Hi")
+    page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r"/sessions/\d+/$"))
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
     page.locator("h1").click()
     page.keyboard.press("Shift+Escape")
     expect(page.locator("#composer-text")).to_be_focused()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.urls import reverse
+from procrastinate.contrib.django.models import ProcrastinateJob
 
 from chat.agent.loop import ReplyLoop
 from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
@@ -94,14 +95,17 @@ def test_new_session_offers_the_users_workspaces_and_starts_with_the_tools(
     html = ada.get("/sessions/new").content.decode()
     assert ">ws<" in html and ">bobs<" not in html
     response = ada.post(
-        "/sessions/new", {"workspace": workspace.pk, "endpoint": endpoint.pk, "model": "", "mode": "plan"}
+        "/sessions/new",
+        {"text": "Hello", "workspace": workspace.pk, "endpoint": endpoint.pk, "model": "", "mode": "plan"},
     )
     session = ChatSession.objects.get(owner=user)
     assert response["Location"] == f"/sessions/{session.pk}/"
     assert session.model_name == "scripted" and session.mode == "plan"
     tools = session.generations.get().tools_json
     assert '"name":"read"' in tools and '"name":"run"' in tools  # the fixture's workspace allows commands
-    refused = ada.post("/sessions/new", {"workspace": private.pk, "endpoint": endpoint.pk, "mode": "edit"})
+    refused = ada.post(
+        "/sessions/new", {"text": "Hello", "workspace": private.pk, "endpoint": endpoint.pk, "mode": "edit"}
+    )
     assert refused.status_code == 200 and ChatSession.objects.count() == 1
 
 
@@ -121,7 +125,10 @@ def test_new_session_starts_in_ones_own_workspace_then_as_the_last_session_was(
     assert f'<option value="{own.pk}" selected>ada&#x27;s files</option>' in html, "made and chosen on first use"
     assert f'<option value="{workspace.pk}">ws</option>' in html, "shared ones stay on offer"
     assert "ada&#x27;s files" not in bob.get("/sessions/new").content.decode(), "nobody else's"
-    ada.post("/sessions/new", {"workspace": workspace.pk, "endpoint": f"{endpoint.pk}:other-model", "mode": "plan"})
+    ada.post(
+        "/sessions/new",
+        {"text": "Hello", "workspace": workspace.pk, "endpoint": f"{endpoint.pk}:other-model", "mode": "plan"},
+    )
     again = ada.get("/sessions/new").content.decode()
     assert f'<option value="{workspace.pk}" selected>ws</option>' in again
     assert '<option value="plan" selected>' in again
@@ -136,10 +143,10 @@ def test_new_session_asks_the_server_for_a_model_when_the_endpoint_names_none(
     ada: Client, user: Any, workspace: Workspace, model: ScriptedServer
 ) -> None:
     listed = ModelEndpoint.objects.create(name="listed", base_url=model.base_url, model="")
-    ada.post("/sessions/new", {"workspace": workspace.pk, "endpoint": listed.pk, "mode": "edit"})
+    ada.post("/sessions/new", {"text": "Hello", "workspace": workspace.pk, "endpoint": listed.pk, "mode": "edit"})
     assert ChatSession.objects.get(owner=user).model_name == "scripted"
     gone = ModelEndpoint.objects.create(name="gone", base_url="http://127.0.0.1:9/v1", model="")
-    ada.post("/sessions/new", {"workspace": workspace.pk, "endpoint": gone.pk, "mode": "edit"})
+    ada.post("/sessions/new", {"text": "Hello", "workspace": workspace.pk, "endpoint": gone.pk, "mode": "edit"})
     assert ChatSession.objects.filter(owner=user, endpoint=gone).get().model_name == "default"
 
 
@@ -176,16 +183,19 @@ def test_new_session_offers_the_models_each_endpoint_lists_with_the_default_chos
         assert "gone (http://127.0.0.1:9/v1) does not answer: connection refused." in html
         assert '<input type="text" name="model"' in html, "a model can still be typed"
         chosen = ada.post(
-            "/sessions/new", {"workspace": workspace.pk, "endpoint": f"{default.pk}:beta", "mode": "edit"}
+            "/sessions/new",
+            {"text": "Hello", "workspace": workspace.pk, "endpoint": f"{default.pk}:beta", "mode": "edit"},
         )
     session = ChatSession.objects.get(owner=user)
     assert chosen["Location"] == f"/sessions/{session.pk}/"
     assert (session.endpoint, session.model_name) == (default, "beta")
-    typed = {"workspace": workspace.pk, "endpoint": f"{dead.pk}:", "model": "qwen3:8b", "mode": "plan"}
+    typed = {"text": "Hello", "workspace": workspace.pk, "endpoint": f"{dead.pk}:", "model": "qwen3:8b", "mode": "plan"}
     ada.post("/sessions/new", typed)
     assert ChatSession.objects.filter(endpoint=dead).get().model_name == "qwen3:8b"
     for wrong, message in (("999:x", "There is no model endpoint 999."), ("x", "Choose a model endpoint.")):
-        refused = ada.post("/sessions/new", {"workspace": workspace.pk, "endpoint": wrong, "mode": "edit"})
+        refused = ada.post(
+            "/sessions/new", {"text": "Hello", "workspace": workspace.pk, "endpoint": wrong, "mode": "edit"}
+        )
         assert refused.status_code == 200 and message in refused.content.decode()
     assert ChatSession.objects.count() == 2
 
@@ -485,15 +495,23 @@ def test_the_chart_and_the_list_show_the_sessions_totals(
     assert re.search(r'<span class="totals"[^>]*>2 requests, [\d,]+ tokens, \d+ % cached</span>', listing)
 
 
-def test_starting_sessions_and_leaving_them_empty_leaves_one_empty_session(
+def test_new_chat_stores_the_session_with_its_first_message_and_never_an_empty_one(
     ada: Client, user: Any, workspace: Workspace, endpoint: ModelEndpoint
 ) -> None:
     form = {"workspace": workspace.pk, "endpoint": endpoint.pk, "model": "", "mode": "edit"}
-    first = ada.post("/sessions/new", form)["Location"]
-    assert ada.post("/sessions/new", form)["Location"] == first, "the empty one again"
-    other_mode = ada.post("/sessions/new", {**form, "mode": "plan"})["Location"]
-    assert other_mode != first
+    for text in ("", "   \n "):
+        refused = ada.post("/sessions/new", {**form, "text": text})
+        assert refused.status_code == 200 and "Type a message" in refused.content.decode()
+    assert not ChatSession.objects.exists(), "no session without a message"
+    kept = ada.post("/sessions/new", {**form, "text": "x" * 200_001}).content.decode()
+    assert "a message is at most 200,000" in kept and "x" * 1000 in kept, "the words stay in the box"
+    first = ada.post("/sessions/new", {**form, "text": " What is here? "})["Location"]
+    second = ada.post("/sessions/new", {**form, "text": "And here?"})["Location"]
+    assert first != second, "each New chat is a session of its own"
     session = ChatSession.objects.get(pk=int(first.strip("/").rsplit("/", 1)[1]))
-    turn_start(session=session, words="hello", today="2026-12-05", instructions=None)
-    assert ada.post("/sessions/new", form)["Location"] not in (first, other_mode), "a used session is never reused"
-    assert ChatSession.objects.filter(owner=user).count() == 3
+    queued = ProcrastinateJob.objects.filter(status="todo").order_by("id").values_list("args", flat=True)
+    assert next((job["session_id"], job["action"]) for job in queued) == (
+        session.pk,
+        {"kind": "send", "words": "What is here?"},
+    ), "the reply is queued with the message, as a tab sends it"
+    assert ChatSession.objects.filter(owner=user).count() == 2

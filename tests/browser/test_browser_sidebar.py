@@ -1,0 +1,143 @@
+"""The layout people know, in Chromium: New chat opens a composer at once and stores the session with its first
+message; the sidebar on every page lists the person's sessions, marks the current one, searches, renames, pins,
+archives and deletes, folds away (remembered), and is a drawer on a phone."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from sessions_app.models import ChatSession
+from testing.scripted_server import Step
+from tests.browser.browser_kit import PHONE, Browser, World, in_thread
+from tests.browser.test_browser_chat import wait_idle
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+expect.set_options(timeout=15_000)
+
+
+def sessions_of(name: str) -> list[tuple[int, str]]:
+    return list(ChatSession.objects.filter(owner__username=name).order_by("pk").values_list("pk", "title"))
+
+
+def new_chat(page: Any, world: World, text: str, reply: str, *, workspace: str | None = None) -> int:
+    page.locator("#sidebar-new").click()
+    page.wait_for_url(world.url + "/sessions/new")
+    expect(page.locator("#composer-text")).to_be_focused()
+    if workspace is not None:
+        page.select_option("select[name=workspace]", label=workspace)
+    world.model.push(Step(text=reply))
+    page.fill("#composer-text", text)
+    page.press("#composer-text", "Enter")
+    page.wait_for_url(re.compile(r"/sessions/\d+/$"))
+    expect(page.locator("#turn-1 .reply")).to_have_text(reply)
+    wait_idle(page)
+    return int(page.url.rstrip("/").rsplit("/", 1)[1])
+
+
+def test_new_chat_stores_a_session_with_its_first_message_and_the_sidebar_manages_them(
+    browser: Browser, world: World
+) -> None:
+    page = browser.page("ada")
+    expect(page.locator("#sidebar")).to_be_visible()
+    page.locator("#sidebar-new").click()
+    expect(page.locator("select[name=workspace] option:checked")).to_have_text("ada's files")
+    page.goto(world.url + "/")
+    assert in_thread(sessions_of, "ada") == [], "opening New chat and leaving stores nothing"
+
+    first = new_chat(page, world, "What is in the notes?", "Forty lines.", workspace="demo")
+    current = page.locator(f"#side-{first}")
+    expect(current).to_have_class(re.compile(r"\bcurrent\b"))
+    expect(current.get_by_role("link")).to_have_attribute("aria-current", "page")
+    expect(current.get_by_role("link")).to_have_text("What is in the notes?")
+    assert "What is in the notes?" in json.loads(world.model.requests[0])["messages"][-1]["content"]
+
+    page.locator("#sidebar-new").click()
+    expect(page.locator("select[name=workspace] option:checked")).to_have_text("demo")  # the last session's
+    page.go_back()
+    second = new_chat(page, world, "Another question", "Another answer.")
+    expect(page.locator("#sidebar-list .side-item").first).to_have_id(f"side-{second}")  # newest first
+
+    # pin the older one: it goes on top; rename it; archive the newer; the list is redrawn in place
+    older = page.locator(f"#side-{first}")
+    older.locator(".item-menu summary").click()
+    older.get_by_role("button", name="Pin").click()
+    expect(page.locator("#sidebar-list .side-item").first).to_have_id(f"side-{first}")
+    older = page.locator(f"#side-{first}")
+    older.locator(".item-menu summary").click()
+    older.get_by_label(re.compile("New title")).fill("The notes")
+    older.get_by_role("button", name="Rename").click()
+    expect(page.locator(f"#side-{first} > a")).to_have_text(re.compile("The notes$"))
+    newer = page.locator(f"#side-{second}")
+    newer.locator(".item-menu summary").click()
+    newer.get_by_role("button", name="Archive").click()
+    expect(page.locator(f"#side-{second}")).to_have_count(0)
+    expect(page.locator("#sidebar-list")).to_contain_text("Archived (1)")
+
+    # the search box filters the list as one types, over messages and replies too
+    page.locator("#sidebar-q").fill("forty")
+    expect(page.locator("#sidebar-list .side-item")).to_have_count(1)
+    expect(page.locator("#sidebar-list .side-item > a")).to_contain_text("The notes")
+    page.locator("#sidebar-q").fill("")
+    expect(page.locator("#sidebar-summary")).to_have_count(0)
+
+    # fold it away: the page keeps the width, and the next page is drawn folded (no jump)
+    chat_left = page.locator("#composer-text").bounding_box()["x"]
+    page.locator("#sidebar-toggle").click()
+    expect(page.locator("#sidebar")).to_be_hidden()
+    expect(page.locator("#sidebar-toggle")).to_have_attribute("aria-expanded", "false")
+    assert page.locator("#composer-text").bounding_box()["x"] < chat_left
+    page.reload()
+    expect(page.locator("#sidebar")).to_be_hidden()
+    page.locator("#sidebar-toggle").click()
+    expect(page.locator("#sidebar")).to_be_visible()
+
+    # deleting the session on the screen leads to the list; it is hidden, not gone
+    page.once("dialog", lambda dialog: dialog.accept())
+    shown = page.locator(f"#side-{first}")
+    page.goto(world.url + f"/sessions/{first}/")
+    shown.locator(".item-menu summary").click()
+    shown.get_by_role("button", name="Delete").click()
+    page.wait_for_url(world.url + "/")
+    expect(page.locator(f"#side-{first}")).to_have_count(0)
+    assert in_thread(lambda: ChatSession.objects.get(pk=first).deleted_at is not None)
+    assert [pk for pk, _ in in_thread(sessions_of, "ada")] == [first, second], "one session per message sent"
+
+
+def test_on_a_phone_the_sidebar_is_a_drawer(browser: Browser, world: World) -> None:
+    page = browser.page("ada", **PHONE)
+    first = new_chat_on_phone(page, world)
+    expect(page.locator("#sidebar")).to_be_hidden()
+    toggle = page.locator("#sidebar-toggle")
+    toggle.tap()
+    expect(page.locator("#sidebar")).to_be_visible()
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    page.wait_for_function("() => document.getElementById('sidebar').getBoundingClientRect().x === 0")
+    assert page.locator("#sidebar").bounding_box()["width"] <= 390 * 0.85 + 1
+    expect(page.locator("#sidebar-new")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(page.locator("#sidebar")).to_be_hidden()
+    expect(toggle).to_be_focused()
+    toggle.tap()
+    page.locator("#sidebar-backdrop").tap(position={"x": 370, "y": 400})
+    expect(page.locator("#sidebar")).to_be_hidden()
+    toggle.tap()
+    page.locator("#sidebar-all").tap()
+    page.wait_for_url(world.url + "/")
+    expect(page.locator(f"#session-{first}")).to_be_visible()
+
+
+def new_chat_on_phone(page: Any, world: World) -> int:
+    page.goto(world.url + "/sessions/new")
+    row = [page.locator(selector).bounding_box() for selector in ("#composer-text", "#start-session")]
+    assert all(b is not None and b["x"] >= 0 and b["x"] + b["width"] <= 390 for b in row), row
+    world.model.push(Step(text="Hi."))
+    page.fill("#composer-text", "Hello from a phone")
+    page.locator("#start-session").tap()
+    page.wait_for_url(re.compile(r"/sessions/\d+/$"))
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
+    return int(page.url.rstrip("/").rsplit("/", 1)[1])
