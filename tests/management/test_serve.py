@@ -83,15 +83,18 @@ def test_start_up_says_which_endpoints_answer_and_the_default_follows_the_enviro
         ), "the default endpoint first"
         second = serve(settings, tmp_path, url=dead, model="qwen3")
     assert f"Model endpoint default: {dead} qwen3" in second
-    assert (
-        f"Model endpoint default: {dead} does not answer (connection refused); sessions on it will fail until it "
-        "does. Set CACHET_MODEL_URL or change it in the admin."
-    ) in second
     assert sorted(ModelEndpoint.objects.values_list("name", "base_url", "model")) == [
         ("default", dead, "qwen3"),
         ("gpu", dead, "qwen3"),
         ("wrong-path", f"http://127.0.0.1:{model.port}/nothing", ""),
     ]
+    ModelEndpoint.objects.filter(name="default").update(model="")
+    third = serve(settings, tmp_path, url=dead, model="")
+    assert f"Model endpoint default: {dead} (from /v1/models once it answers)" in third, "it claims no listing"
+    assert (
+        f"Model endpoint default: {dead} does not answer (connection refused); sessions on it will fail until it "
+        "does. Set CACHET_MODEL_URL or change it in the admin."
+    ) in second
 
 
 def test_start_up_says_each_endpoints_window_and_where_it_comes_from(settings: Any, tmp_path: Path) -> None:

@@ -155,10 +155,13 @@ class Command(BaseCommand):
             line = commands_folder_line(workspace)
             if line is not None:
                 self.stdout.write(line)
+        listings = endpoints_models(endpoint_list(), timeout=STARTUP_LIST_TIMEOUT, kept=0)
+        listed = any(found.endpoint.pk == endpoint.pk and found.listing.listed for found in listings)
         self.stdout.write(
-            f"Model endpoint {endpoint.name}: {endpoint.base_url} {endpoint.model or '(from /v1/models)'}"
+            f"Model endpoint {endpoint.name}: {endpoint.base_url} "
+            + (endpoint.model or ("(from /v1/models)" if listed else "(from /v1/models once it answers)"))
         )
-        for found in endpoints_models(endpoint_list(), timeout=STARTUP_LIST_TIMEOUT, kept=0):
+        for found in listings:
             line = endpoint_line(found)
             self.stdout.write(line if found.listing.listed else self.style.WARNING(line))
             if found.listing.answered:
