@@ -14,12 +14,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from django.db.models import Q, QuerySet, Value
+from django.db.models import Exists, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Length, Replace, Right, Substr
 
 from sessions_app import prompts
 from sessions_app.hygiene import format_id
-from sessions_app.models import ChatSession, Generation, Result, ResultKind, Step, StepDraft, Turn, TurnStatus
+from sessions_app.models import (
+    ChatSession,
+    Generation,
+    Result,
+    ResultKind,
+    Step,
+    StepDraft,
+    TakenBackBy,
+    Turn,
+    TurnStatus,
+)
 from sessions_app.selectors.sessions import compactions, turn_position
 
 TARGET_KEYS = ("path", "pattern", "command", "id", "target")
@@ -399,15 +409,24 @@ def turn_views(turns: Sequence[Turn], *, running: bool, last_number: int | None)
 
 
 def _siblings(turns: Sequence[Turn]) -> dict[int | None, tuple[int, ...]]:
-    """The numbers of the turns under each parent of ``turns`` (None: first turns), in one query."""
+    """The numbers of the turns under each parent of ``turns`` (None: first turns), in one query. An attempt
+    that came to nothing (it failed or was interrupted before any text or step) and was retried is no branch
+    to go back to: the retry asks the same message, so five retries of a failing request do not show
+    ``◀ 5 / 5 ▶``; the admin lists it."""
     if not turns:
         return {}
     parents = {turn.parent_id for turn in turns}
     under = Q(parent_id__in=[parent for parent in parents if parent is not None])
     if None in parents:
         under |= Q(parent__isnull=True)
+    came_to_nothing = Q(
+        status=TurnStatus.TAKEN_BACK,
+        taken_back_by=TakenBackBy.REGENERATE,
+        live_status__in=[TurnStatus.FAILED, TurnStatus.INTERRUPTED],
+        reply_text="",
+    ) & ~Exists(Step.objects.filter(turn_id=OuterRef("pk")))
     found: dict[int | None, list[int]] = {}
-    rows = Turn.objects.filter(under, session_id=turns[0].session_id).order_by("number")
+    rows = Turn.objects.filter(under, session_id=turns[0].session_id).exclude(came_to_nothing).order_by("number")
     for parent, number in rows.values_list("parent_id", "number"):
         found.setdefault(parent, []).append(number)
     return {parent: tuple(numbers) for parent, numbers in found.items()}
