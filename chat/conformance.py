@@ -31,7 +31,7 @@ from chat.tools.sandbox import give_to_commands
 from sessions_app import prompts
 from sessions_app.errors import StoreError
 from sessions_app.models import ChatSession, Generation, ModelEndpoint, RequestKind, Workspace
-from sessions_app.services.sessions import session_set_mode, session_start
+from sessions_app.services.sessions import session_set_mode, session_settings_set, session_start
 
 ACTIONS = (
     "user",
@@ -44,6 +44,7 @@ ACTIONS = (
     "compact",
     "set_mode",
     "set_date",
+    "set_instructions",
     "request",
 )
 EXPECTATIONS = (
@@ -413,6 +414,14 @@ class CaseRun:
         if "set_date" in step:
             self.loop.date = str(step["set_date"])
             return StepText("")
+        if "set_instructions" in step:
+            self.session = session_settings_set(
+                session=self.session,
+                instructions=str(step["set_instructions"]),
+                temperature=self.session.temperature,
+                max_tokens=self.session.max_tokens,
+            )
+            return StepText("")
         if "request" in step:
             built = self.loop.next_request()
             return StepText(render_request(built.messages, built.tools), roles=[m["role"] for m in built.messages])
@@ -509,6 +518,7 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
                     model_name="conformance",
                     tools=tool_list(allow_commands=workspace.allow_commands, config=config),
                     mode=str(case.get("mode", "edit")),
+                    instructions=str(case.get("instructions", "")),
                 )
                 model = CaseModel()
                 loop = ReplyLoop(

@@ -126,6 +126,11 @@ class ChatSession(models.Model):
     deleted_at = models.DateTimeField(null=True, blank=True)
     pinned = models.BooleanField(default=False, help_text="Listed first in its owner's session list.")
     archived = models.BooleanField(default=False, help_text="Out of its owner's session list, under Archived.")
+    # Sent as a note on the next message (the first one's, then any change), never in the system prompt.
+    instructions = models.TextField(blank=True, help_text="The owner's instructions for this session.")
+    # None: the server's own default, and the request names none.
+    temperature = models.FloatField(null=True, blank=True)
+    max_tokens = models.PositiveIntegerField(null=True, blank=True, help_text="The most tokens a reply's step writes.")
 
     class Meta:
         ordering = ["-updated_at"]
@@ -168,6 +173,7 @@ class Generation(models.Model):
     resumed_note_date = models.CharField(max_length=10, blank=True)
     resumed_note_mode = models.CharField(max_length=8, blank=True)
     resumed_note_instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 - None: not stated
+    resumed_note_session_instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 - None: not stated
     taken_back = models.BooleanField(default=False)
     revision = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -180,7 +186,15 @@ class Generation(models.Model):
         return f"{self.session_id} generation {self.number}"
 
 
-MESSAGE_FIELDS = ("message", "note_workspace", "note_model", "note_date", "note_mode", "note_instructions")
+MESSAGE_FIELDS = (
+    "message",
+    "note_workspace",
+    "note_model",
+    "note_date",
+    "note_mode",
+    "note_instructions",
+    "note_session_instructions",
+)
 """A turn's message and what its note states; a generation's ``resumed_*`` fields hold the same of the turn it
 resumed, as it sends it."""
 RESUMED_FIELDS = ("resumed_turn", *(f"resumed_{name}" for name in MESSAGE_FIELDS))
@@ -225,6 +239,7 @@ class Turn(models.Model):
     note_date = models.CharField(max_length=10, blank=True)
     note_mode = models.CharField(max_length=8, blank=True)
     note_instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 - None: not mentioned, "": removed
+    note_session_instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 - as note_instructions
     mode = models.CharField(max_length=8, choices=Mode.choices)
     reply_text = models.TextField(blank=True)
     status = models.CharField(max_length=12, choices=TurnStatus.choices, default=TurnStatus.OPEN)
@@ -483,3 +498,19 @@ class SessionShare(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} share"
+
+
+class InstructionPreset(models.Model):
+    """Instructions a person saved under a name, to start sessions with."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="instruction_presets")
+    name = models.CharField(max_length=100)
+    text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["owner", "name"], name="preset_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name

@@ -73,6 +73,7 @@ from chat.agent.model import (
     ToolCallPiece,
     new_client,
 )
+from chat.agent.sampling import sampled_body
 from chat.agent.workspace import read_instructions, restore_files, tool_context
 from chat.tools import ToolContext, call_tool, only_reads
 from sessions_app import prompts
@@ -519,7 +520,8 @@ class ReplyLoop:
         previous_body = self._previous.body
         placed = self._place()
         started = time.monotonic()
-        answer = self._model_at(placed.url).stream(placement.placed_body(built.body, placed), cancel=self.cancel)
+        sent = placement.placed_body(sampled_body(built.body, session, kind=kind), placed)
+        answer = self._model_at(placed.url).stream(sent, cancel=self.cancel)
         answer.start(wait=False)  # on its way while its record is written
         try:
             request, self._previous = request_record_start(

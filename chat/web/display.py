@@ -322,6 +322,8 @@ class TurnView:
             notes.append(self.turn.note_date)
         if self.turn.note_instructions is not None:
             notes.append("AGENTS.md" if self.turn.note_instructions else "AGENTS.md removed")
+        if self.turn.note_session_instructions is not None:
+            notes.append("instructions" if self.turn.note_session_instructions else "instructions removed")
         return notes
 
 

@@ -12,9 +12,11 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from chat.agent.endpoints import FALLBACK_MODEL, EndpointModels, endpoint_models
-from sessions_app.models import ChatSession, Mode, ModelEndpoint, Theme, Workspace
+from sessions_app.models import ChatSession, InstructionPreset, Mode, ModelEndpoint, Theme, Workspace
 from sessions_app.selectors.search import QUERY_CHARS
 from sessions_app.selectors.sessions import endpoint_default, session_models, session_workspaces, workspaces_for
+from sessions_app.selectors.settings import presets_of
+from sessions_app.services.sessions import INSTRUCTIONS_CHARS, MAX_TOKENS_LIMIT, TEMPERATURE_RANGE
 
 MODEL_MAX_LENGTH = 200
 ID_DIGITS = 18
@@ -117,7 +119,64 @@ class _ModelChoiceForm(forms.Form):
         return [item for item in self.endpoints if not item.listing.listed]
 
 
-class NewSessionForm(_ModelChoiceForm):
+class SessionSettingsForm(forms.Form):
+    """A session's instructions (typed, or one of the person's presets) and sampling; New chat has them too."""
+
+    instructions = forms.CharField(
+        required=False,
+        max_length=INSTRUCTIONS_CHARS,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 4, "placeholder": "e.g. Answer in French. Keep replies short."}),
+        help_text="A note on the first message, and on the next one after a change: never the system prompt.",
+    )
+    preset = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
+    temperature = forms.FloatField(
+        required=False,
+        min_value=TEMPERATURE_RANGE[0],
+        max_value=TEMPERATURE_RANGE[1],
+        widget=forms.NumberInput(attrs={"step": "0.1", "placeholder": "server's"}),
+    )
+    max_tokens = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_TOKENS_LIMIT,
+        label="Max tokens",
+        widget=forms.NumberInput(attrs={"placeholder": "server's"}),
+    )
+
+    def offer_presets(self, owner: AbstractBaseUser | AnonymousUser) -> None:
+        """Offer ``owner``'s presets, and no one else's."""
+        self.presets: list[InstructionPreset] = list(presets_of(owner=owner))
+        field = self.fields["preset"]
+        assert isinstance(field, forms.TypedChoiceField)
+        field.choices = [("", "—"), *((str(preset.pk), preset.name) for preset in self.presets)]
+
+    def chosen_instructions(self) -> str:
+        """The instructions typed, else the chosen preset's."""
+        typed = str(self.cleaned_data.get("instructions") or "")
+        if typed.strip():
+            return typed
+        chosen = self.cleaned_data.get("preset")
+        return next((preset.text for preset in self.presets if preset.pk == chosen), "")
+
+
+class SessionSettingsChangeForm(SessionSettingsForm):
+    """The session page's Settings menu: the settings, and a name to keep the instructions as a preset."""
+
+    preset_name = forms.CharField(required=False, max_length=100, label="Save as preset named")
+
+    def __init__(self, *args: Any, session: ChatSession, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "settings-%s")
+        kwargs["initial"] = {
+            "instructions": session.instructions,
+            "temperature": session.temperature,
+            "max_tokens": session.max_tokens,
+        }
+        super().__init__(*args, **kwargs)
+        self.offer_presets(session.owner)
+
+
+class NewSessionForm(_ModelChoiceForm, SessionSettingsForm):
     workspace = forms.ModelChoiceField(queryset=Workspace.objects.none(), empty_label=None)
     endpoint = forms.CharField(label="Model", widget=forms.Select, help_text="Each endpoint with the models it lists.")
     model = _model_field()
@@ -134,7 +193,7 @@ class NewSessionForm(_ModelChoiceForm):
         error_messages={"required": "Type a message: the session is stored when its first message is sent."},
     )
 
-    field_order = ["workspace", "endpoint", "model", "mode", "text"]
+    field_order = ["workspace", "endpoint", "model", "mode", "text", "instructions", "preset"]
 
     def __init__(
         self, *args: Any, user: AbstractBaseUser | AnonymousUser, last: ChatSession | None = None, **kwargs: Any
@@ -144,6 +203,7 @@ class NewSessionForm(_ModelChoiceForm):
         assert isinstance(field, forms.ModelChoiceField)
         field.queryset = workspaces_for(user=user)
         self.last = last
+        self.offer_presets(user)
 
     def clean_text(self) -> str:
         text = self.cleaned_data["text"]

@@ -20,7 +20,15 @@ from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.tools import tool_list
 from chat.web import chart, fragments, jobs
 from chat.web.display import call_target, result_id, result_status, single_turn, transcript_page
-from chat.web.forms import ImportForm, ModelChangeForm, NewSessionForm, RenameForm, SessionSearchForm, ThemeForm
+from chat.web.forms import (
+    ImportForm,
+    ModelChangeForm,
+    NewSessionForm,
+    RenameForm,
+    SessionSearchForm,
+    SessionSettingsChangeForm,
+    ThemeForm,
+)
 from chat.web.sidebar import sidebar_again
 from chat.web.sync import chart_requests
 from sessions_app import prompts
@@ -145,6 +153,9 @@ def session_new(request: HttpRequest) -> HttpResponse:
             tools=tool_list(allow_commands=workspace.allow_commands),
             mode=form.cleaned_data["mode"],
             title=title_from(words),
+            instructions=form.chosen_instructions(),
+            temperature=form.cleaned_data["temperature"],
+            max_tokens=form.cleaned_data["max_tokens"],
         )
         async_to_sync(jobs.start)(session.pk, jobs.Send(words=words), reply_to=None)
         return redirect("session", session_id=session.pk)
@@ -201,6 +212,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         if (token := session_share_token(session))
         else "",
         "max_message_bytes": settings.CACHET_MAX_MESSAGE_BYTES,
+        "settings_form": SessionSettingsChangeForm(session=session),
     }
     return render(request, "chat/session.html", context)
 

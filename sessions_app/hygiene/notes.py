@@ -3,8 +3,9 @@ user message.
 
 The system prompt holds nothing session-specific, so the first message of a generation states the
 workspace, the model, the permission mode and the date; a later message states any of them (and the
-workspace's instructions) that differ from what the request being built last stated. The items of a
-note come in one fixed order: workspace, model, mode, date, instructions.
+workspace's instructions, and the session's own) that differ from what the request being built last stated.
+The items of a note come in one fixed order: workspace, model, mode, date, the workspace's instructions, the
+session's instructions.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class StatedContext:
     mode: str | None = None
     date: str | None = None
     instructions: str | None = None
+    session_instructions: str | None = None
 
 
 NOTHING_STATED = StatedContext()
@@ -32,7 +34,8 @@ NOTHING_STATED = StatedContext()
 @dataclass(frozen=True)
 class ComposedMessage:
     """A user message with its note. Each ``*_noted`` is what the note states, ``None`` where it states
-    nothing of it; ``instructions_noted`` ``""`` says the instructions were removed."""
+    nothing of it; ``instructions_noted`` (``session_instructions_noted``) ``""`` says the workspace's (the
+    session's) instructions were removed."""
 
     text: str
     workspace_noted: str | None = None
@@ -40,6 +43,7 @@ class ComposedMessage:
     mode_noted: str | None = None
     date_noted: str | None = None
     instructions_noted: str | None = None
+    session_instructions_noted: str | None = None
 
 
 def compose_message(
@@ -53,16 +57,18 @@ def compose_message(
     instructions: str | None,
     stated: StatedContext,
     config: ContextConfig,
+    session_instructions: str | None = None,
 ) -> ComposedMessage:
     """The person's ``words`` with a note of what differs from ``stated``: the workspace's and the model's
-    names, the mode (``mode_text``, its file, as the body), the date and the workspace's instructions.
+    names, the mode (``mode_text``, its file, as the body), the date, the workspace's instructions and the
+    session's.
 
     An empty workspace or model name is not stated. Instructions are compared and shown stripped; blank
     ones count as none.
     """
     note = config.note
     items: list[str] = []
-    workspace_noted = model_noted = mode_noted = date_noted = instructions_noted = None
+    workspace_noted = model_noted = mode_noted = date_noted = instructions_noted = session_noted = None
     if workspace and stated.workspace != workspace:
         workspace_noted = workspace
         items.append(note["workspace"].format(workspace=workspace))
@@ -84,10 +90,20 @@ def compose_message(
         else:
             instructions_noted = current
             items.append(note["instructions"].format(text=current))
+    own = _shown_instructions(session_instructions)
+    if own != _shown_instructions(stated.session_instructions):
+        if own is None:
+            session_noted = ""
+            items.append(note["session_instructions_removed"])
+        else:
+            session_noted = own
+            items.append(note["session_instructions"].format(text=own))
     text = words
     if items:
         text = note["format"].format(message=words, body=note["separator"].join(items))
-    return ComposedMessage(text, workspace_noted, model_noted, mode_noted, date_noted, instructions_noted)
+    return ComposedMessage(
+        text, workspace_noted, model_noted, mode_noted, date_noted, instructions_noted, session_noted
+    )
 
 
 def stated_after(stated: StatedContext, composed: ComposedMessage) -> StatedContext:
@@ -95,12 +111,16 @@ def stated_after(stated: StatedContext, composed: ComposedMessage) -> StatedCont
     instructions = stated.instructions
     if composed.instructions_noted is not None:
         instructions = composed.instructions_noted or None
+    session_instructions = stated.session_instructions
+    if composed.session_instructions_noted is not None:
+        session_instructions = composed.session_instructions_noted or None
     return StatedContext(
         workspace=_newer(composed.workspace_noted, stated.workspace),
         model=_newer(composed.model_noted, stated.model),
         mode=_newer(composed.mode_noted, stated.mode),
         date=_newer(composed.date_noted, stated.date),
         instructions=instructions,
+        session_instructions=session_instructions,
     )
 
 

@@ -149,6 +149,8 @@ SESSION = Table(
         _moment("updated_at", imported=False),
         Field("workspace", "text", source="workspace__name", imported=False),
         _text("endpoint", source="endpoint__name"),
+        _text("instructions", added=True),
+        _whole("max_tokens", minimum=1, nullable=True, added=True),
     ),
 )
 GENERATIONS = Table(
@@ -172,6 +174,7 @@ GENERATIONS = Table(
         _text("resumed_note_date", added=True),
         _choice("resumed_note_mode", Mode.values, blank=True, added=True),
         _text("resumed_note_instructions", nullable=True, added=True),
+        _text("resumed_note_session_instructions", nullable=True, added=True),
         Field("taken_back", "flag"),
         _whole("revision"),
         _moment("created_at"),
@@ -190,6 +193,7 @@ TURNS = Table(
         _text("note_date"),
         _choice("note_mode", Mode.values, blank=True),
         _text("note_instructions", nullable=True),
+        _text("note_session_instructions", nullable=True, added=True),
         _choice("mode", Mode.values),
         _text("reply_text"),
         _choice("status", TurnStatus.values),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessions_app.models import Theme, UserSetting
+from django.db.models import QuerySet
+
+from sessions_app.models import InstructionPreset, Theme, UserSetting
 
 
 def theme_of(*, owner: Any) -> Theme:
@@ -13,3 +15,14 @@ def theme_of(*, owner: Any) -> Theme:
         return Theme.SYSTEM
     chosen = UserSetting.objects.filter(user=owner).values_list("theme", flat=True).first()
     return Theme(chosen) if chosen in Theme.values else Theme.SYSTEM
+
+
+def presets_of(*, owner: Any) -> QuerySet[InstructionPreset]:
+    """The instruction presets ``owner`` saved, by name; nobody else's."""
+    if not getattr(owner, "is_authenticated", False):
+        return InstructionPreset.objects.none()
+    return InstructionPreset.objects.filter(owner_id=owner.pk)
+
+
+def preset_get(*, owner: Any, preset_id: int) -> InstructionPreset | None:
+    return presets_of(owner=owner).filter(pk=preset_id).first()

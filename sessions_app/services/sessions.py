@@ -18,6 +18,7 @@ from sessions_app.models import (
     BreakCause,
     ChatSession,
     Generation,
+    InstructionPreset,
     Mode,
     ModelEndpoint,
     Turn,
@@ -78,14 +79,80 @@ def session_start(
     tools: list[dict[str, Any]],
     mode: str = Mode.EDIT,
     title: str = "",
+    instructions: str = "",
+    temperature: float | None = None,
+    max_tokens: int | None = None,
 ) -> ChatSession:
-    """A new session whose system prompt and tool list are frozen into generation 1."""
+    """A new session whose system prompt and tool list are frozen into generation 1; its ``instructions`` go into
+    its first message's note."""
     model_name = storable(model_name)
+    _check_sampling(temperature=temperature, max_tokens=max_tokens)
     session = ChatSession.objects.create(
-        owner=owner, title=storable(title), workspace=workspace, endpoint=endpoint, model_name=model_name, mode=mode
+        owner=owner,
+        title=storable(title),
+        workspace=workspace,
+        endpoint=endpoint,
+        model_name=model_name,
+        mode=mode,
+        instructions=_instructions(instructions),
+        temperature=temperature,
+        max_tokens=max_tokens,
     )
     generation_create(session=session, number=1, mode=mode, model_name=model_name, tools_json=dumps(tools))
     return session
+
+
+TEMPERATURE_RANGE = (0.0, 2.0)
+MAX_TOKENS_LIMIT = 1_000_000
+INSTRUCTIONS_CHARS = 20_000
+
+
+def _check_sampling(*, temperature: float | None, max_tokens: int | None) -> None:
+    low, high = TEMPERATURE_RANGE
+    if temperature is not None and not low <= temperature <= high:
+        raise ValueError(f"The temperature is from {low:g} to {high:g}.")
+    if max_tokens is not None and not 1 <= max_tokens <= MAX_TOKENS_LIMIT:
+        raise ValueError(f"Max tokens is from 1 to {MAX_TOKENS_LIMIT:,}.")
+
+
+def _instructions(text: str) -> str:
+    text = storable(text).strip()
+    if len(text) > INSTRUCTIONS_CHARS:
+        raise ValueError(f"Instructions are at most {INSTRUCTIONS_CHARS:,} characters.")
+    return text
+
+
+@transaction.atomic
+def session_settings_set(
+    *, session: ChatSession, instructions: str, temperature: float | None, max_tokens: int | None
+) -> ChatSession:
+    """The session's instructions and sampling from its next message on: changed instructions are a note on that
+    message (never the system prompt), and sampling goes after the conversation in the request. A reply running
+    now keeps what it started with."""
+    _check_sampling(temperature=temperature, max_tokens=max_tokens)
+    text = _instructions(instructions)
+    locked = ChatSession.objects.select_for_update(no_key=True).get(pk=session.pk)
+    locked.instructions, locked.temperature, locked.max_tokens = text, temperature, max_tokens
+    locked.save(update_fields=["instructions", "temperature", "max_tokens", "updated_at"])
+    return locked
+
+
+@transaction.atomic
+def preset_save(*, owner: User, name: str, text: str) -> InstructionPreset:
+    """Keep ``text`` as the owner's preset ``name`` (one of that name is replaced)."""
+    name = storable(name).strip()[:100]
+    if not name:
+        raise ValueError("Name the preset.")
+    text = _instructions(text)
+    if not text:
+        raise ValueError("Type the instructions to keep as a preset.")
+    preset, _ = InstructionPreset.objects.update_or_create(owner=owner, name=name, defaults={"text": text})
+    return preset
+
+
+@transaction.atomic
+def preset_delete(*, preset: InstructionPreset) -> None:
+    preset.delete()
 
 
 @transaction.atomic

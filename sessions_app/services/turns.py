@@ -25,11 +25,13 @@ NOTE_FIELDS = MESSAGE_FIELDS[1:]  # what a message's note states
 
 
 def stated_context(session: ChatSession, *, generation: Generation) -> StatedContext:
-    """What the request being built last stated: the workspace, the model, the mode, the date and the
-    workspace's instructions (its system prompt states none of them)."""
+    """What the request being built last stated: the workspace, the model, the mode, the date, the
+    workspace's instructions and the session's (its system prompt states none of them)."""
     stated = NOTHING_STATED
-    carried_a_note = Q(note_instructions__isnull=False) | ~Q(
-        note_workspace="", note_model="", note_mode="", note_date=""
+    carried_a_note = (
+        Q(note_instructions__isnull=False)
+        | Q(note_session_instructions__isnull=False)
+        | ~Q(note_workspace="", note_model="", note_mode="", note_date="")
     )
     if generation.resumed_turn is not None:
         carried_a_note |= Q(number=generation.resumed_turn)
@@ -38,7 +40,7 @@ def stated_context(session: ChatSession, *, generation: Generation) -> StatedCon
     for number, *notes in noted.values_list("number", *NOTE_FIELDS):
         if number == generation.resumed_turn:  # its note as this generation sends it
             notes = [getattr(generation, f"resumed_{name}") for name in NOTE_FIELDS]
-        workspace, model, date, mode, instructions = notes
+        workspace, model, date, mode, instructions, session_instructions = notes
         stated = stated_after(
             stated,
             ComposedMessage(
@@ -48,6 +50,7 @@ def stated_context(session: ChatSession, *, generation: Generation) -> StatedCon
                 mode_noted=mode or None,
                 date_noted=date or None,
                 instructions_noted=instructions,
+                session_instructions_noted=session_instructions,
             ),
         )
     return stated
@@ -92,6 +95,7 @@ def _composed(
         instructions=storable_or_none(instructions),
         stated=stated_context(session, generation=generation),
         config=config or prompts.rules_config(),
+        session_instructions=session.instructions,
     )
 
 
@@ -106,7 +110,7 @@ def resumed_fields(
 ) -> dict[str, Any]:
     """The ``RESUMED_FIELDS`` of a generation that a compaction inside ``turn``'s reply starts: the turn's words
     with the full note, as the first message of a generation carries it (the workspace, ``model_name``, the mode
-    as it is now, ``today`` and the workspace's ``instructions``), and what that note states.
+    as it is now, ``today``, the workspace's ``instructions`` and the session's), and what that note states.
 
     The turn keeps its stored message, which the generations before sent: nothing already sent is rewritten.
     The new generation's requests send this one in its place (``RequestBuilder``), and its later messages are
@@ -121,6 +125,7 @@ def resumed_fields(
         instructions=storable_or_none(instructions),
         stated=NOTHING_STATED,
         config=config or prompts.rules_config(),
+        session_instructions=session.instructions,
     )
     return {
         "resumed_turn": turn.number,
@@ -130,6 +135,7 @@ def resumed_fields(
         "resumed_note_date": composed.date_noted or "",
         "resumed_note_mode": composed.mode_noted or "",
         "resumed_note_instructions": composed.instructions_noted,
+        "resumed_note_session_instructions": composed.session_instructions_noted,
     }
 
 
@@ -175,6 +181,7 @@ def turn_start(
         note_date=composed.date_noted or "",
         note_mode=composed.mode_noted or "",
         note_instructions=composed.instructions_noted,
+        note_session_instructions=composed.session_instructions_noted,
         mode=session.mode,
         revision=revision_next(session.pk),
     )

@@ -16,6 +16,12 @@
   document.addEventListener("change", function (event) {
     var target = event.target;
     if (target && target.id === "theme-select") document.documentElement.dataset.theme = target.value;
+    // a preset chosen puts its instructions in the box, to send as they are or to change first
+    if (target && target.matches && target.matches("select[data-fills]")) {
+      var box = document.getElementById(target.dataset.fills);
+      var chosen = target.selectedOptions[0];
+      if (box && chosen && chosen.value) box.value = chosen.dataset.text || "";
+    }
   });
 
   function controlsState() {

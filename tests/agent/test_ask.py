@@ -312,3 +312,22 @@ def test_ask_without_a_workspace_works_in_the_persons_own(
     bob_workspace = ChatSession.objects.get(pk=bob["session"]).workspace
     assert (ada_workspace.owner, bob_workspace.owner) == (user, other_user), "never the shared scratch folder"
     assert ada_workspace.folder != bob_workspace.folder
+
+
+def test_ask_sets_a_sessions_instructions_and_sampling(
+    user: Any, workspace_dir: Path, scripted: ScriptedServer
+) -> None:
+    base = ("--user", user.username, "--endpoint", scripted.base_url, "--model", "scripted")
+    scripted.push(Step(text="Salut."), Step(text="Ok."))
+    started = ("--workspace", str(workspace_dir), "--instructions", "Answer in French.", "--temperature", "0.5")
+    _, figures = ask(*base, *started, "Hi")
+    first = json.loads(scripted.requests[-1])
+    assert first["messages"][-1]["content"].endswith("Instructions for this session:\nAnswer in French.\n</note>")
+    assert first["temperature"] == 0.5 and "max_tokens" not in first
+    in_session = ("--user", user.username, "--session", str(figures["session"]))
+    ask(*in_session, "--instructions", "", "--max-tokens", "100", "Again")
+    second = json.loads(scripted.requests[-1])
+    assert second["messages"][-1]["content"].endswith("This session's earlier instructions no longer apply.\n</note>")
+    assert (second["temperature"], second["max_tokens"]) == (0.5, 100), "what is not given stays"
+    with pytest.raises(CommandError, match=r"The temperature is from 0 to 2\."):
+        call_command("ask", *in_session, "--temperature", "3", "x", stdout=io.StringIO(), stderr=io.StringIO())

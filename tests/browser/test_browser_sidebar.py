@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 from sessions_app.models import ChatSession
 from testing.scripted_server import Step
 from tests.browser.browser_kit import PHONE, Browser, World, in_thread
-from tests.browser.test_browser_chat import wait_idle
+from tests.browser.test_browser_chat import send, start_session, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=15_000)
@@ -141,3 +141,32 @@ def new_chat_on_phone(page: Any, world: World) -> int:
     page.wait_for_url(re.compile(r"/sessions/\d+/$"))
     expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
     return int(page.url.rstrip("/").rsplit("/", 1)[1])
+
+
+def test_settings_instructions_and_a_preset_reach_the_model_as_a_note(browser: Browser, world: World) -> None:
+    page = browser.page("ada")
+    session_id = start_session(page)
+    page.locator("#settings-menu summary").click()
+    page.get_by_label("Instructions").fill("Answer in French.")
+    page.get_by_label("Temperature").fill("0.4")
+    page.locator("#settings-preset_name").fill("French")
+    page.locator("#preset-save").click()
+    expect(page.locator("#settings-said")).to_have_text("Kept as the preset “French”.")
+    page.locator("#settings-save").click()
+    expect(page.locator("#settings-said")).to_have_text("Saved: they apply from your next message.")
+    world.model.push(Step(text="Bonjour."))
+    send(page, "Hello")
+    expect(page.locator("#turn-1 .reply")).to_have_text("Bonjour.")
+    expect(page.locator("#turn-1 .who .note", has_text="instructions")).to_be_visible()
+    sent = json.loads(world.model.requests[-1])
+    assert sent["messages"][-1]["content"].endswith("Instructions for this session:\nAnswer in French.\n</note>")
+    assert sent["temperature"] == 0.4 and "French" not in sent["messages"][0]["content"]
+
+    # New chat offers the preset: choosing it fills the box
+    page.locator("#sidebar-new").click()
+    page.get_by_text("Instructions and sampling…").click()
+    page.get_by_label("Preset").select_option(label="French")
+    expect(page.get_by_label("Instructions")).to_have_value("Answer in French.")
+    assert in_thread(lambda: list(ChatSession.objects.filter(owner__username="ada").values_list("pk", flat=True))) == [
+        session_id
+    ], "New chat stores nothing before its first message"

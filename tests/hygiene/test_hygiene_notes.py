@@ -22,6 +22,7 @@ def compose(
     model: str = "qwen",
     mode: str = "edit",
     instructions: str | None = None,
+    session_instructions: str | None = None,
 ) -> ComposedMessage:
     return compose_message(
         "hello",
@@ -33,6 +34,7 @@ def compose(
         instructions=instructions,
         stated=stated,
         config=config,
+        session_instructions=session_instructions,
     )
 
 
@@ -118,3 +120,21 @@ def test_changed_instructions_are_shown_again(config: ContextConfig) -> None:
 def test_stated_after_keeps_what_was_not_mentioned() -> None:
     stated = StatedContext("ws", "qwen", "plan", "2026-11-29", "x")
     assert stated_after(stated, ComposedMessage("hi")) == stated
+
+
+def test_a_sessions_instructions_come_last_stripped_and_only_when_they_change(config: ContextConfig) -> None:
+    first = compose(config, KNOWN, instructions="Run the tests.", session_instructions="  Answer in French.\n")
+    assert first.text == (
+        "hello\n\n<note>\nThe workspace's instructions (AGENTS.md) are now:\nRun the tests.\n\n"
+        "Instructions for this session:\nAnswer in French.\n</note>"
+    )
+    assert first.session_instructions_noted == "Answer in French."
+    stated = stated_after(KNOWN, first)
+    assert stated.session_instructions == "Answer in French."
+    again = compose(config, stated, instructions="Run the tests.", session_instructions="Answer in French. ")
+    assert again == ComposedMessage("hello"), "the same instructions again: no note"
+    removed = compose(config, stated, instructions="Run the tests.", session_instructions="   ")
+    assert removed.text == "hello\n\n<note>\nThis session's earlier instructions no longer apply.\n</note>"
+    assert removed.session_instructions_noted == ""
+    assert stated_after(stated, removed).session_instructions is None
+    assert compose(config, stated_after(stated, removed), instructions="Run the tests.") == ComposedMessage("hello")

@@ -36,7 +36,7 @@ from sessions_app.selectors.sessions import (
     workspace_refusal,
     workspaces_for,
 )
-from sessions_app.services.sessions import session_model_switch, session_set_mode, session_start
+from sessions_app.services.sessions import session_model_switch, session_set_mode, session_settings_set, session_start
 from sessions_app.services.workspaces import workspace_private
 
 
@@ -117,6 +117,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--model", help="the model to ask for; with --session, moves the session to it")
         parser.add_argument("--mode", choices=Mode.values)
+        parser.add_argument(
+            "--instructions", help="the session's instructions (a note on the next message); '' removes them"
+        )
+        parser.add_argument("--temperature", type=float, help="the session's temperature, 0 to 2")
+        parser.add_argument("--max-tokens", type=int, help="the most tokens a reply's step writes")
         action = parser.add_mutually_exclusive_group()
         action.add_argument("--undo", action="store_true")
         action.add_argument(
@@ -138,17 +143,38 @@ class Command(BaseCommand):
                 session = session_set_mode(session=session, mode=options["mode"])
             if options["endpoint"] or options["model"]:
                 session = self._change_model(session, options)
-            return session
+            return self._settings(session, options)
         workspace = _workspace(options["workspace"], user)
         endpoint = _endpoint(options["endpoint"])
-        return session_start(
-            owner=user,
-            workspace=workspace,
-            endpoint=endpoint,
-            model_name=options["model"] or _model(endpoint),
-            tools=tool_list(allow_commands=workspace.allow_commands),
-            mode=options["mode"] or Mode.EDIT,
-        )
+        try:
+            return session_start(
+                owner=user,
+                workspace=workspace,
+                endpoint=endpoint,
+                model_name=options["model"] or _model(endpoint),
+                tools=tool_list(allow_commands=workspace.allow_commands),
+                mode=options["mode"] or Mode.EDIT,
+                instructions=options["instructions"] or "",
+                temperature=options["temperature"],
+                max_tokens=options["max_tokens"],
+            )
+        except ValueError as error:
+            raise CommandError(str(error)) from error
+
+    def _settings(self, session: ChatSession, options: dict[str, Any]) -> ChatSession:
+        """The session's instructions and sampling as the options change them (those not given stay)."""
+        given = [options[name] is not None for name in ("instructions", "temperature", "max_tokens")]
+        if not any(given):
+            return session
+        try:
+            return session_settings_set(
+                session=session,
+                instructions=session.instructions if options["instructions"] is None else options["instructions"],
+                temperature=session.temperature if options["temperature"] is None else options["temperature"],
+                max_tokens=session.max_tokens if options["max_tokens"] is None else options["max_tokens"],
+            )
+        except ValueError as error:
+            raise CommandError(str(error)) from error
 
     def _change_model(self, session: ChatSession, options: dict[str, Any]) -> ChatSession:
         """Move the session to the endpoint and model the options name, before the action runs."""

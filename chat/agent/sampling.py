@@ -1,0 +1,24 @@
+"""A session's sampling settings in the request: after everything else, as ``id_slot`` is, so the bytes that
+hold the conversation (the prefix the server caches and Cachet compares) never change when they do."""
+
+from __future__ import annotations
+
+import json
+
+from sessions_app.models import ChatSession, RequestKind
+
+
+def sampled_body(body: bytes, session: ChatSession, *, kind: str) -> bytes:
+    """``body`` with the session's ``temperature`` and ``max_tokens``, where set. A compaction's summary request
+    keeps the server's defaults: a reply's length limit must not cut the summary."""
+    if kind != RequestKind.REPLY:
+        return body
+    extra = b""
+    if session.temperature is not None:
+        extra += b',"temperature":' + json.dumps(session.temperature).encode()
+    if session.max_tokens is not None:
+        extra += b',"max_tokens":%d' % session.max_tokens
+    if not extra:
+        return body
+    assert body.endswith(b"}"), "a request body is a JSON object"
+    return body[:-1] + extra + b"}"
