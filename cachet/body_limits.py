@@ -1,5 +1,6 @@
 """How large a request body Cachet takes, refused before it is read: ``CACHET_MAX_BODY_BYTES`` at every address,
-and at the import's the file (``CACHET_IMPORT_MAX_BYTES``, which the import view checks too) plus a form's worth.
+at the import's the file (``CACHET_IMPORT_MAX_BYTES``, which the import view checks too) plus a form's worth, and
+where files are attached (Attach, New chat) ``CACHET_UPLOAD_MAX_BYTES`` plus a form's worth.
 
 Daphne reads a whole body before the application sees any of it, so under ``manage.py serve`` Daphne itself refuses
 (:mod:`chat.web.daphne_bodies`); :class:`BodyLimit` refuses the same in the ASGI stack, for servers that stream.
@@ -17,6 +18,7 @@ from django.urls import Resolver404, resolve
 from cachet.asgi_types import Message, Receive, Scope, Send
 
 IMPORT_URL_NAME = "session_import"
+UPLOAD_URL_NAMES = ("session_attach", "session_new")
 DISCONNECT: Message = {"type": "http.disconnect"}
 
 
@@ -45,16 +47,22 @@ def size_text(size: int) -> str:
     return f"{size // 1_048_576} MB" if size % 1_048_576 == 0 else f"{size / 1_048_576:.1f} MB"
 
 
-def _is_import(path: str) -> bool:
+def _url_name(path: str) -> str:
     try:
-        return resolve(path).url_name == IMPORT_URL_NAME
+        return resolve(path).url_name or ""
     except Resolver404:
-        return False
+        return ""
 
 
 def body_limit(path: str) -> Limit:
     """The limit of a request to ``path`` (decoded, without its query)."""
-    if _is_import(path):
+    name = _url_name(path)
+    if name in UPLOAD_URL_NAMES:
+        return Limit(
+            settings.CACHET_UPLOAD_MAX_BYTES + settings.CACHET_MAX_BODY_BYTES,
+            f"Too large: attachments are at most {size_text(settings.CACHET_UPLOAD_MAX_BYTES)} at once.",
+        )
+    if name == IMPORT_URL_NAME:
         return Limit(
             settings.CACHET_IMPORT_MAX_BYTES + settings.CACHET_MAX_BODY_BYTES,
             f"Too large: an import is at most {size_text(settings.CACHET_IMPORT_MAX_BYTES)}.",

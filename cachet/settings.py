@@ -281,6 +281,8 @@ CACHET_MAX_FRAME_BYTES = max(CACHET_MAX_MESSAGE_BYTES, int(os.environ.get("CACHE
 # file, whose request may carry a form's worth more. Django's own limit on what it reads into memory agrees.
 CACHET_MAX_BODY_BYTES = int(os.environ.get("CACHET_MAX_BODY_BYTES") or 1024 * 1024)
 CACHET_IMPORT_MAX_BYTES = int(os.environ.get("CACHET_IMPORT_MAX_BYTES") or 64 * 1024 * 1024)
+# Files attached to a session (the Attach button, a drop, a paste; New chat's too): at most this much in one request.
+CACHET_UPLOAD_MAX_BYTES = int(os.environ.get("CACHET_UPLOAD_MAX_BYTES") or 20 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = CACHET_MAX_BODY_BYTES
 CACHET_CHECK_REQUESTS = env_bool("CACHET_CHECK_REQUESTS", False)
 CACHET_BWRAP = os.environ.get("CACHET_BWRAP") or "/usr/bin/bwrap"

@@ -25,6 +25,7 @@ from sessions_app.models import (
     Step,
     Turn,
     TurnStatus,
+    Upload,
     Workspace,
 )
 from sessions_app.selectors.totals import with_totals
@@ -403,3 +404,12 @@ class ModelRequestAdmin(ReadOnlyAdmin):
             _numbered(request.cache_miss_before),
             _numbered(request.cache_miss_after),
         )
+
+
+@admin.register(Upload)
+class UploadAdmin(ReadOnlyAdmin):
+    """Files people attached: where they went in the workspace, and the message that said they arrived."""
+
+    list_display = ["id", "session", "path", "size", "turn", "created_at"]
+    list_select_related = ["session", "turn"]
+    search_fields = ["path"]

@@ -514,3 +514,22 @@ class InstructionPreset(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Upload(models.Model):
+    """A file the person attached, written into the session's workspace; the next message's note says it arrived
+    (``turn``: the message that said so, ``None`` while it waits for one)."""
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="uploads")
+    path = models.CharField(max_length=1024, help_text="Relative to the workspace folder.")
+    size = models.PositiveBigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, null=True, blank=True, related_name="uploads")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["session", "turn"])]
+
+    def __str__(self) -> str:
+        return self.path

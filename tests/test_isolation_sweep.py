@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,9 @@ from django.utils.regex_helper import normalize
 from cachet.asgi import application
 from chat.agent.loop import ReplyLoop
 from chat.web.routing import websocket_urlpatterns
-from sessions_app.models import ChatSession, ModelRequest, Result, Turn
+from sessions_app.models import ChatSession, ModelRequest, Result, Turn, Upload
 from sessions_app.services.sessions import session_rename
+from sessions_app.services.uploads import upload_record
 from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
@@ -90,6 +92,7 @@ class Owned:
     turn: Turn
     result: Result
     request: ModelRequest
+    upload: Upload
 
 
 # Each URL argument the app's views take, filled from the first person's real objects.
@@ -99,6 +102,7 @@ APP_KWARGS: dict[str, Callable[[Owned], object]] = {
     "turn_id": lambda owned: owned.turn.pk,
     "result_id": lambda owned: owned.result.pk,
     "request_id": lambda owned: owned.request.pk,
+    "upload_id": lambda owned: owned.upload.pk,  # a file attached, waiting for the next message
     "token": lambda owned: _stopped_share(owned),  # a link the owner stopped: it shows nobody anything
 }
 
@@ -141,11 +145,14 @@ def owned(scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir
     scripted.push(Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]), Step(text=SECRETS[3]))
     run(ReplyLoop(scripted_session).send(SECRETS[1]))
     session = session_rename(session=scripted_session, title=SECRETS[0])
+    (workspace_dir / "attached.txt").write_text("attached\n")
+    upload = upload_record(session=session, path="attached.txt", size=9, sha256=sha256(b"attached\n").hexdigest())
     return Owned(
         session=session,
         turn=Turn.objects.get(session=session),
         result=Result.objects.get(session=session),
         request=ModelRequest.objects.filter(session=session).first() or pytest.fail("no model request stored"),
+        upload=upload,
     )
 
 
@@ -153,6 +160,7 @@ def _intact(owned: Owned) -> None:
     session = ChatSession.objects.get(pk=owned.session.pk)
     assert session.title == SECRETS[0] and session.mode == owned.session.mode
     assert Turn.objects.filter(session=session).count() == 1 and Result.objects.filter(session=session).count() == 1
+    assert Upload.objects.filter(pk=owned.upload.pk, turn__isnull=True).exists(), "the attachment still waits"
 
 
 def _leaks(body: bytes) -> list[str]:

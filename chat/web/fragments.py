@@ -15,6 +15,7 @@ from chat.web.display import CompactionView, StepView, ToolRow, TranscriptPage, 
 from chat.web.messages import TEXT_PIECE, Put, Remove
 from sessions_app import prompts
 from sessions_app.models import ChatSession, Mode, ModelRequest
+from sessions_app.selectors.sessions import uploads_waiting
 from sessions_app.selectors.totals import RequestTotals
 
 CHART_WINDOW_DEFAULT = 8192
@@ -142,3 +143,9 @@ def composer_put(text: str) -> Put:
     if len(text) <= TEXT_PIECE:
         return Put("composer-text", _render("_composer_text.html", {"text": text, "focus": True}))
     return Put("composer-text", _render("_composer_text.html", {"text": "", "focus": True}), value=text)
+
+
+def attachments_put(session: ChatSession) -> Put:
+    """The files waiting for the session's next message (none once a message said they arrived)."""
+    uploads = list(uploads_waiting(session=session))
+    return Put("attachments", _render("_attachments.html", {"session": session, "uploads": uploads, "said": []}))

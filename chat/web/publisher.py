@@ -406,6 +406,7 @@ class Publisher:
                 fragments.turn_put(view),
                 fragments.title_put(self.session),
                 fragments.controls_put(running=True, label=self.label),
+                fragments.attachments_put(self.session),
             ],
             rev=turn.revision,
         )

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 import cachet.converters  # noqa: F401  (registers the ``id`` converter)
-from chat.web import session_settings, shares, sidebar, transfer, views
+from chat.web import attachments, session_settings, shares, sidebar, transfer, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -24,6 +24,12 @@ urlpatterns = [
     path("sessions/<id:session_id>/turns/<id:number>/", views.session_turn, name="session_turn"),
     path("sessions/<id:session_id>/turns/<id:number>/source", views.session_turn_source, name="session_turn_source"),
     path("sessions/<id:session_id>/results/<id:number>/", views.result_page, name="result"),
+    path("sessions/<id:session_id>/attach", attachments.attach_view, name="session_attach"),
+    path(
+        "sessions/<id:session_id>/attachments/<id:upload_id>/remove",
+        attachments.attachment_remove_view,
+        name="session_attachment_remove",
+    ),
     path("sessions/<id:session_id>/settings", session_settings.session_settings_view, name="session_settings"),
     path("sessions/<id:session_id>/share", shares.share_start_view, name="session_share"),
     path("sessions/<id:session_id>/share/stop", shares.share_stop_view, name="session_share_stop"),

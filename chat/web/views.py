@@ -8,6 +8,8 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -17,8 +19,10 @@ from django_htmx.middleware import HtmxDetails
 
 from chat.agent.budget import Window, window_of
 from chat.agent.endpoints import EndpointModels, endpoints_models
+from chat.agent.uploads import UploadRefused
 from chat.tools import tool_list
 from chat.web import chart, fragments, jobs
+from chat.web.attachments import attach_files, attachments_context, too_large
 from chat.web.display import call_target, result_id, result_status, single_turn, transcript_page
 from chat.web.forms import (
     ImportForm,
@@ -142,23 +146,19 @@ def session_new(request: HttpRequest) -> HttpResponse:
     stored with its first message, whose reply is queued at once, so no session is ever left empty."""
     last = session_list(owner=request.user).select_related("workspace").order_by("-created_at").first()
     form = NewSessionForm(request.POST or None, user=request.user, last=last)
+    attach_problems: list[str] = []
     if request.method == "POST" and form.is_valid():
-        workspace = form.cleaned_data["workspace"]
-        words = form.cleaned_data["text"].strip()
-        session = session_start(
-            owner=_user(request),
-            workspace=workspace,
-            endpoint=form.cleaned_data["endpoint"].endpoint,
-            model_name=form.chosen_model(),
-            tools=tool_list(allow_commands=workspace.allow_commands),
-            mode=form.cleaned_data["mode"],
-            title=title_from(words),
-            instructions=form.chosen_instructions(),
-            temperature=form.cleaned_data["temperature"],
-            max_tokens=form.cleaned_data["max_tokens"],
-        )
-        async_to_sync(jobs.start)(session.pk, jobs.Send(words=words), reply_to=None)
-        return redirect("session", session_id=session.pk)
+        files = request.FILES.getlist("files")
+        attach_problems = [problem for file in files if (problem := too_large(file))]
+        if not attach_problems:
+            try:
+                session = _new_chat(request, form, files)
+            except UploadRefused as error:
+                attach_problems = [f"Nothing was sent: {error} Choose the files again."]
+            else:
+                words = form.cleaned_data["text"].strip()
+                async_to_sync(jobs.start)(session.pk, jobs.Send(words=words), reply_to=None)
+                return redirect("session", session_id=session.pk)
     private_refused = ""
     try:
         form.choose_workspace(workspace_private(user=_user(request)))  # made on the person's first use
@@ -169,8 +169,30 @@ def session_new(request: HttpRequest) -> HttpResponse:
         "form": form,
         "private_refused": private_refused,
         "max_message_bytes": settings.CACHET_MAX_MESSAGE_BYTES,
+        "attach_problems": attach_problems,
     }
     return render(request, "chat/new_session.html", context)
+
+
+@transaction.atomic
+def _new_chat(request: HttpRequest, form: NewSessionForm, files: list[UploadedFile[bytes]]) -> ChatSession:
+    """The session New chat stores, with the files sent along written into its workspace (a name already taken
+    keeps both, nothing is overwritten) and recorded for its first message; a file refused stores nothing."""
+    workspace = form.cleaned_data["workspace"]
+    session = session_start(
+        owner=_user(request),
+        workspace=workspace,
+        endpoint=form.cleaned_data["endpoint"].endpoint,
+        model_name=form.chosen_model(),
+        tools=tool_list(allow_commands=workspace.allow_commands),
+        mode=form.cleaned_data["mode"],
+        title=title_from(form.cleaned_data["text"]),
+        instructions=form.chosen_instructions(),
+        temperature=form.cleaned_data["temperature"],
+        max_tokens=form.cleaned_data["max_tokens"],
+    )
+    attach_files(session, files, keep_both=True)
+    return session
 
 
 @login_required
@@ -213,6 +235,8 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         else "",
         "max_message_bytes": settings.CACHET_MAX_MESSAGE_BYTES,
         "settings_form": SessionSettingsChangeForm(session=session),
+        "upload_max_bytes": settings.CACHET_UPLOAD_MAX_BYTES,
+        **attachments_context(session),
     }
     return render(request, "chat/session.html", context)
 

@@ -8,7 +8,15 @@ from .dedupe import READ_KINDS, Kind, PriorResult, args_key, newest_same_listing
 from .edits import last_seen_sha, render_edit, unannounced_reads
 from .ids import format_id, parse_id
 from .lines import count_lines, line_window
-from .notes import NOTHING_STATED, ComposedMessage, StatedContext, compose_message, stated_after
+from .notes import (
+    NOTHING_STATED,
+    ComposedMessage,
+    StatedContext,
+    UploadedFile,
+    compose_message,
+    size_text,
+    stated_after,
+)
 from .outcomes import (
     EditOutcome,
     ErrorOutcome,
@@ -44,6 +52,7 @@ __all__ = [
     "Rendered",
     "StatedContext",
     "TableRead",
+    "UploadedFile",
     "args_key",
     "cap_text",
     "compaction_table",
@@ -62,6 +71,7 @@ __all__ = [
     "render_read",
     "render_recall",
     "render_result",
+    "size_text",
     "stated_after",
     "system_prompt_with_summary",
     "unannounced_reads",

@@ -5,11 +5,13 @@ The system prompt holds nothing session-specific, so the first message of a gene
 workspace, the model, the permission mode and the date; a later message states any of them (and the
 workspace's instructions, and the session's own) that differ from what the request being built last stated.
 The items of a note come in one fixed order: workspace, model, mode, date, the workspace's instructions, the
-session's instructions.
+session's instructions, then the files the person attached since their last message (not context that holds
+until it changes: what arrived, said once, on the message it arrived with).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .config import ContextConfig
@@ -29,6 +31,29 @@ class StatedContext:
 
 
 NOTHING_STATED = StatedContext()
+
+
+@dataclass(frozen=True)
+class UploadedFile:
+    """A file the person attached: its path in the workspace, as given to the tools, and its size in bytes."""
+
+    path: str
+    size: int
+
+
+def size_text(size: int) -> str:
+    """A file's size as a note says it: ``512 bytes``, ``34 KB``, ``1.2 MB``, ``15 MB`` (1 KB is 1024 bytes)."""
+    if size < 1024:
+        return f"{size} byte{'' if size == 1 else 's'}"
+    if round(size / 1024) < 1024:
+        return f"{round(size / 1024)} KB"
+    for unit, scale in (("MB", 1024**2), ("GB", 1024**3)):
+        value = size / scale
+        if value < 10:
+            return f"{value:.1f} {unit}"
+        if round(value) < 1024 or unit == "GB":
+            return f"{round(value):,} {unit}"
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)
@@ -58,10 +83,11 @@ def compose_message(
     stated: StatedContext,
     config: ContextConfig,
     session_instructions: str | None = None,
+    uploads: Sequence[UploadedFile] = (),
 ) -> ComposedMessage:
     """The person's ``words`` with a note of what differs from ``stated``: the workspace's and the model's
     names, the mode (``mode_text``, its file, as the body), the date, the workspace's instructions and the
-    session's.
+    session's; and the ``uploads`` that arrived with it, always.
 
     An empty workspace or model name is not stated. Instructions are compared and shown stripped; blank
     ones count as none.
@@ -98,6 +124,11 @@ def compose_message(
         else:
             session_noted = own
             items.append(note["session_instructions"].format(text=own))
+    if uploads:
+        files = note["uploaded_separator"].join(
+            note["uploaded_file"].format(path=upload.path, size=size_text(upload.size)) for upload in uploads
+        )
+        items.append(note["uploaded"].format(files=files))
     text = words
     if items:
         text = note["format"].format(message=words, body=note["separator"].join(items))

@@ -21,6 +21,7 @@ from sessions_app.models import (
     SessionShare,
     Turn,
     TurnStatus,
+    Upload,
     Workspace,
 )
 
@@ -236,3 +237,16 @@ def session_workspaces(*, owner: AbstractBaseUser | AnonymousUser) -> list[tuple
 def session_models(*, owner: AbstractBaseUser | AnonymousUser) -> list[str]:
     """The models the owner's sessions use, by name."""
     return sorted(session_list(owner=owner).order_by().values_list("model_name", flat=True).distinct())
+
+
+def uploads_waiting(*, session: ChatSession) -> QuerySet[Upload]:
+    """The files attached to ``session`` that its next message will say arrived, oldest first."""
+    return Upload.objects.filter(session=session, turn__isnull=True).order_by("id")
+
+
+def upload_get(*, owner: AbstractBaseUser | AnonymousUser, session_id: int, upload_id: int) -> Upload | None:
+    """A waiting upload of the owner's session, else ``None``."""
+    session = session_get(owner=owner, session_id=session_id)
+    if session is None:
+        return None
+    return uploads_waiting(session=session).filter(pk=upload_id).first()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection, transaction
@@ -10,10 +11,17 @@ from django.utils import timezone
 
 from sessions_app import prompts
 from sessions_app.errors import ReplyInProgress
-from sessions_app.hygiene import NOTHING_STATED, ComposedMessage, StatedContext, compose_message, stated_after
+from sessions_app.hygiene import (
+    NOTHING_STATED,
+    ComposedMessage,
+    StatedContext,
+    UploadedFile,
+    compose_message,
+    stated_after,
+)
 from sessions_app.hygiene.config import ContextConfig
-from sessions_app.models import MESSAGE_FIELDS, ChatSession, Generation, Step, StepDraft, Turn, TurnStatus
-from sessions_app.selectors.sessions import current_generation, history_turns, last_live_turn
+from sessions_app.models import MESSAGE_FIELDS, ChatSession, Generation, Step, StepDraft, Turn, TurnStatus, Upload
+from sessions_app.selectors.sessions import current_generation, history_turns, last_live_turn, uploads_waiting
 from sessions_app.selectors.turns import turn_draft_text, turn_reply_text
 from sessions_app.services.durability import WITHOUT_WAITING, commit_without_waiting_for_disk
 from sessions_app.services.revisions import revision_next, turn_bump
@@ -76,6 +84,10 @@ def _branch_end(session: ChatSession) -> tuple[Turn | None, int]:
     return last, (last.position + 1 if last is not None else 1)
 
 
+def _uploaded(uploads: Iterable[Upload]) -> list[UploadedFile]:
+    return [UploadedFile(upload.path, upload.size) for upload in uploads]
+
+
 def _composed(
     session: ChatSession,
     generation: Generation,
@@ -84,6 +96,7 @@ def _composed(
     today: str,
     instructions: str | None,
     config: ContextConfig | None,
+    uploads: Iterable[Upload] = (),
 ) -> ComposedMessage:
     return compose_message(
         words,
@@ -96,6 +109,7 @@ def _composed(
         stated=stated_context(session, generation=generation),
         config=config or prompts.rules_config(),
         session_instructions=session.instructions,
+        uploads=_uploaded(uploads),
     )
 
 
@@ -126,6 +140,7 @@ def resumed_fields(
         stated=NOTHING_STATED,
         config=config or prompts.rules_config(),
         session_instructions=session.instructions,
+        uploads=_uploaded(Upload.objects.filter(turn=turn).order_by("id")),
     )
     return {
         "resumed_turn": turn.number,
@@ -144,7 +159,10 @@ def message_preview(
 ) -> str:
     """The message :func:`turn_start` would store for ``words`` now, note included; nothing is stored."""
     generation = current_generation(session)
-    composed = _composed(session, generation, storable(words), today=today, instructions=instructions, config=config)
+    uploads = uploads_waiting(session=session)
+    composed = _composed(
+        session, generation, storable(words), today=today, instructions=instructions, config=config, uploads=uploads
+    )
     return storable(composed.text)
 
 
@@ -157,18 +175,22 @@ def turn_start(
     instructions: str | None,
     config: ContextConfig | None = None,
 ) -> Turn:
-    """Store the person's message, with the note it needs, as a new open turn at the end of the live branch.
-    One open turn per session."""
+    """Store the person's message, with the note it needs, as a new open turn at the end of the live branch; the
+    files attached since the last message are said in it and belong to it from then on. One open turn per
+    session."""
     session = _locked(session)
     words = storable(words)
     generation = current_generation(session)
-    composed = _composed(session, generation, words, today=today, instructions=instructions, config=config)
+    uploads = list(uploads_waiting(session=session).select_for_update(no_key=True))
+    composed = _composed(
+        session, generation, words, today=today, instructions=instructions, config=config, uploads=uploads
+    )
     if not session.title:
         session.title = title_from(words)
     number = _next_turn_number(session)
     session.save(update_fields=["next_turn_number", "title", "updated_at"])
     parent, position = _branch_end(session)
-    return Turn.objects.create(
+    turn = Turn.objects.create(
         session=session,
         number=number,
         parent=parent,
@@ -185,6 +207,8 @@ def turn_start(
         mode=session.mode,
         revision=revision_next(session.pk),
     )
+    Upload.objects.filter(pk__in=[upload.pk for upload in uploads]).update(turn=turn)
+    return turn
 
 
 @transaction.atomic

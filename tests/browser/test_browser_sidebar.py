@@ -137,9 +137,16 @@ def new_chat_on_phone(page: Any, world: World) -> int:
     assert all(b is not None and b["x"] >= 0 and b["x"] + b["width"] <= 390 for b in row), row
     world.model.push(Step(text="Hi."))
     page.fill("#composer-text", "Hello from a phone")
+    page.select_option("select[name=workspace]", label="demo")
+    page.locator("#new-chat-files").set_input_files(
+        [{"name": "photo.jpg", "mimeType": "image/jpeg", "buffer": b"x" * 2048}]
+    )
+    expect(page.locator("#new-chat-attached")).to_have_text("photo.jpg")
     page.locator("#start-session").tap()
     page.wait_for_url(re.compile(r"/sessions/\d+/$"))
     expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
+    said = json.loads(world.model.requests[-1])["messages"][-1]["content"]
+    assert said.endswith("Uploaded: photo.jpg, 2 KB.\n</note>") and (world.folder / "photo.jpg").stat().st_size == 2048
     return int(page.url.rstrip("/").rsplit("/", 1)[1])
 
 
@@ -170,3 +177,42 @@ def test_settings_instructions_and_a_preset_reach_the_model_as_a_note(browser: B
     assert in_thread(lambda: list(ChatSession.objects.filter(owner__username="ada").values_list("pk", flat=True))) == [
         session_id
     ], "New chat stores nothing before its first message"
+
+
+PASTE = """([selector, kind]) => {
+  const data = new DataTransfer();
+  data.items.add(new File(["fake png"], "image.png", {type: "image/png"}));
+  const target = document.querySelector(selector);
+  const event = kind === "paste"
+    ? new ClipboardEvent("paste", {clipboardData: data, bubbles: true, cancelable: true})
+    : new DragEvent(kind, {dataTransfer: data, bubbles: true, cancelable: true});
+  target.dispatchEvent(event);
+}"""
+
+
+def test_attach_by_button_paste_and_drop_then_the_message_says_what_arrived(browser: Browser, world: World) -> None:
+    (world.folder / "notes.md").write_text("the workspace's own\n")
+    page = browser.page("ada")
+    start_session(page)
+    page.locator("#attach-input").set_input_files(
+        [{"name": "notes.md", "mimeType": "text/markdown", "buffer": b"attached\n"}]
+    )
+    page.once("dialog", lambda dialog: dialog.dismiss())  # Cancel: keep both
+    expect(page.locator("#attachments .attached-file")).to_have_count(1)
+    expect(page.locator("#attachments")).to_contain_text("notes (2).md")
+    page.evaluate(PASTE, ["#composer-text", "paste"])
+    expect(page.locator("#attachments .attached-file")).to_have_count(2)
+    expect(page.locator("#attachments .attached-file").nth(1)).to_contain_text(re.compile(r"pasted-\d{8}-\d{6}\.png"))
+    page.evaluate(PASTE, ["#transcript", "dragover"])
+    page.evaluate(PASTE, ["#transcript", "drop"])
+    expect(page.locator("#attachments .attached-file")).to_have_count(3)
+    page.locator("#attachments .attached-file").first.get_by_role("button").click()
+    expect(page.locator("#attachments")).to_contain_text("notes (2).md removed.")
+    assert not (world.folder / "notes (2).md").exists()
+    assert (world.folder / "notes.md").read_text() == "the workspace's own\n"
+    world.model.push(Step(text="Got it."))
+    send(page, "Here is a screenshot")
+    expect(page.locator("#turn-1 .reply")).to_have_text("Got it.")
+    expect(page.locator("#attachments .attached-file")).to_have_count(0)
+    said = json.loads(world.model.requests[-1])["messages"][-1]["content"]
+    assert re.search(r"\n\nUploaded: pasted-\d{8}-\d{6}\.png, 8 bytes; image\.png, 8 bytes\.\n</note>$", said)

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import pytest
+
 from sessions_app.hygiene import (
     NOTHING_STATED,
     ComposedMessage,
     ContextConfig,
     StatedContext,
+    UploadedFile,
     compose_message,
+    size_text,
     stated_after,
 )
 
@@ -138,3 +142,44 @@ def test_a_sessions_instructions_come_last_stripped_and_only_when_they_change(co
     assert removed.session_instructions_noted == ""
     assert stated_after(stated, removed).session_instructions is None
     assert compose(config, stated_after(stated, removed), instructions="Run the tests.") == ComposedMessage("hello")
+
+
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [
+        (0, "0 bytes"),
+        (1, "1 byte"),
+        (1023, "1023 bytes"),
+        (1024, "1 KB"),
+        (34_816, "34 KB"),
+        (1_048_575, "1.0 MB"),
+        (1_258_291, "1.2 MB"),
+        (15 * 1_048_576, "15 MB"),
+        (3 * 1024**3, "3.0 GB"),
+        (2048 * 1024**3, "2,048 GB"),
+    ],
+)
+def test_sizes_read_as_a_person_says_them(size: int, text: str) -> None:
+    assert size_text(size) == text
+
+
+def test_uploads_are_said_last_every_time(config: ContextConfig) -> None:
+    files = [UploadedFile("docs/spec.pdf", 34_816), UploadedFile("a b.txt", 3)]
+    said = compose_message(
+        "Read them",
+        today="2026-11-29",
+        workspace="ws",
+        model="qwen",
+        mode="edit",
+        mode_text=PLAN,
+        instructions=None,
+        stated=KNOWN,
+        config=config,
+        session_instructions="Be brief.",
+        uploads=files,
+    )
+    assert said.text == (
+        "Read them\n\n<note>\nInstructions for this session:\nBe brief.\n\n"
+        "Uploaded: docs/spec.pdf, 34 KB; a b.txt, 3 bytes.\n</note>"
+    )
+    assert stated_after(KNOWN, said) == StatedContext("ws", "qwen", "edit", "2026-11-29", None, "Be brief.")

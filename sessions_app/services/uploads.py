@@ -1,0 +1,22 @@
+"""Files a person attached to a session: recorded once written into its workspace, said by the next message."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from sessions_app.models import ChatSession, Upload
+from sessions_app.text import storable
+
+
+@transaction.atomic
+def upload_record(*, session: ChatSession, path: str, size: int, sha256: str) -> Upload:
+    """Record a file written into the session's workspace; the next message's note says it arrived. The same path
+    attached again before that message is said once, with its latest size."""
+    Upload.objects.filter(session=session, turn__isnull=True, path=path).delete()
+    return Upload.objects.create(session=session, path=storable(path), size=size, sha256=sha256)
+
+
+@transaction.atomic
+def upload_forget(*, upload: Upload) -> None:
+    """The next message no longer says ``upload`` arrived (a waiting one only)."""
+    Upload.objects.filter(pk=upload.pk, turn__isnull=True).delete()
