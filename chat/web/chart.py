@@ -4,7 +4,8 @@ request appends a bar and the chart is never sent again whole.
 The scale is fixed for a session's model: a bar's height is its prompt tokens as a share of the model's
 context window (cached tokens dark, the rest light), and the time to first token is a line on a fixed
 logarithmic scale (each bar draws the segment from the bar before). A request whose prefix broke is
-marked above its bar with the cause. Every bar has a tooltip with its figures, and, where the server's
+marked above its bar with the cause. Every bar carries its figures (``data-figures``: the card shown on hover,
+focus or tap), and, where the server's
 template and tokenizer could be asked, the tokens expected cached and a shortfall's class (harness,
 template, server) with the tokens lost. No script and no inline
 styles: presentation attributes and classes only, so the page's content security policy holds.
@@ -29,6 +30,7 @@ WIDTH = 20.0
 TTFT_FLOOR = 0.01
 TTFT_DECADES = 4
 SHOWN_BARS = 120
+MIN_BAR = 3.0  # the least height of a bar with a prompt, in % of the plot: a small prompt still shows
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,14 @@ class Bar:
             label += f" from message {request.cache_miss_message}"
         return label
 
+    def short_label(self) -> str:
+        """The bar in one line, for a screen reader: its number, prompt and what was cached."""
+        request = self.request
+        cached = f"{self.cached:,} cached" if request.cached_tokens is not None else "cache not reported"
+        prompt = f"{self.prompt:,} prompt tokens, {cached}" if request.prompt_tokens is not None else "no usage"
+        cause = f", {self.cause_label or request.moved}" if self.marker else ""
+        return f"Request {self.index}: {prompt}{cause}. Show its figures."
+
     def tooltip(self) -> str:
         request = self.request
         lines = [
@@ -96,6 +106,8 @@ class Bar:
         if request.expected_cached_tokens is not None:
             lines.append(f"expected cached: {request.expected_cached_tokens}")
             lines.append(f"cache miss: {self.miss_label}")
+        else:
+            lines.append("cache miss: not checked (the server offers no template and tokenizer to check with)")
         if request.status == RequestStatus.FAILED:
             lines.append(f"failed: {request.error}")
         return "\n".join(lines)
@@ -180,15 +192,17 @@ def bar_html(bar: Bar, *, window: int, auto_at: float) -> SafeString:
         f'<svg class="bar-svg" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" overflow="visible" '
         f'aria-hidden="true"><g class="bar" data-request="{request.pk}" data-prompt="{_figure(request.prompt_tokens)}"'
         f' data-cached="{_figure(request.cached_tokens)}" data-cause="{cause}" '
-        f'data-miss="{escape(request.cache_miss)}"><title>{tooltip}</title>'
+        f'data-miss="{escape(request.cache_miss)}">'
         f'<rect class="hit" x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill-opacity="0"/>',
         f'<line class="threshold" x1="0" x2="{WIDTH}" y1="{threshold}" y2="{threshold}" '
         'vector-effect="non-scaling-stroke"/>',
     ]
     if request.prompt_tokens is not None:
         known = request.cached_tokens is not None
-        cached_top = HEIGHT - _share(bar.cached, window)
-        prompt_top = HEIGHT - _share(bar.prompt, window)
+        prompt_height = max(_share(bar.prompt, window), MIN_BAR if bar.prompt else 0.0)  # no sliver of a bar
+        cached_height = prompt_height * bar.cached / bar.prompt if bar.prompt else 0.0
+        cached_top = HEIGHT - cached_height
+        prompt_top = HEIGHT - prompt_height
         parts.append(
             f'<rect class="{"cached" if known else "unknown"}" x="3" y="{cached_top:.2f}" width="14" '
             f'height="{HEIGHT - cached_top:.2f}"/><rect class="{"uncached" if known else "unknown"}" x="3" '
@@ -215,18 +229,27 @@ def bar_html(bar: Bar, *, window: int, auto_at: float) -> SafeString:
         if cause
         else _NO_CAUSE
     )
+    name = escape(bar.short_label())
     return mark_safe(  # every text above is escaped
-        f'<div class="chart-bar" id="bar-{request.pk}" data-order="{request.pk}" title="{tooltip}">{label}'
-        f'{"".join(parts)}<span class="n">{bar.index}</span></div>'
+        f'<div class="chart-bar" id="bar-{request.pk}" data-order="{request.pk}" data-figures="{tooltip}" '
+        f'tabindex="0" role="button" aria-label="{name}">{label}'
+        f'{"".join(parts)}<span class="n" aria-hidden="true">{bar.index}</span></div>'
     )
 
 
 def chart_html(bars: Sequence[Bar], *, window: int, auto_at: float, more: int = 0, full_url: str = "") -> SafeString:
     """The whole chart: its axes, the bars given and, where ``more`` earlier bars are left out, a link."""
+    threshold = round(auto_at * 20) * 5  # the axis places labels every 5 %
     ticks = format_html_join(
         "",
-        '<span class="tick" data-at="{}">{}</span>',
-        ((100, "100 %"), (50, "50 %"), (0, "0")),
+        '<span class="tick{}" data-at="{}">{}</span>',
+        (
+            ("", 100, "100 %"),
+            (" threshold-tick", threshold, f"compacts at {round(auto_at * 100)} %"),
+            ("", 50, "50 %"),
+            ("", 25, "25 %"),
+            ("", 0, "0 %"),
+        ),
     )
     ttft_ticks = format_html_join(
         "",
@@ -236,7 +259,7 @@ def chart_html(bars: Sequence[Bar], *, window: int, auto_at: float, more: int = 
     earlier = format_html('<a class="chart-earlier" href="{}">{} earlier requests</a>', full_url, more) if more else ""
     bars_markup = mark_safe("".join(bar_html(bar, window=window, auto_at=auto_at) for bar in bars))
     return format_html(
-        '<div class="cache-chart" id="cache-chart" data-window="{}" data-bars="{}" role="img" '
+        '<div class="cache-chart" id="cache-chart" data-window="{}" data-bars="{}" role="group" '
         'aria-label="Cache hits per model request">'
         '<div class="axis tokens" title="The prompt as a share of the context window">{}</div>'
         '<div class="plot">{}<div class="bars" id="chart-bars" data-keep="{}">{}</div>'

@@ -63,6 +63,8 @@ from sessions_app.services.settings import theme_set
 from sessions_app.services.workspaces import workspace_private
 from sessions_app.text import title_from
 
+CHART_COOKIE = "cachet_chart"  # "folded": the chart is drawn folded to its summary line (look.js sets it)
+
 
 class HtmxHttpRequest(HttpRequest):
     """A request as ``HtmxMiddleware`` leaves it: ``htmx`` says whether htmx sent it, and how."""
@@ -236,6 +238,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         "max_message_bytes": settings.CACHET_MAX_MESSAGE_BYTES,
         "settings_form": SessionSettingsChangeForm(session=session),
         "upload_max_bytes": settings.CACHET_UPLOAD_MAX_BYTES,
+        "chart_folded": request.COOKIES.get(CHART_COOKIE) == "folded",
         **attachments_context(session),
     }
     return render(request, "chat/session.html", context)

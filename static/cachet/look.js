@@ -6,7 +6,8 @@
 // - a reply that finishes while the tab is hidden marks the tab's title until the tab is seen again, and shows a
 //   browser notification where the person ticked Notify me and the browser allowed it;
 // - on a phone: More opens the less-used controls, the Chat and Cache tabs, and a tapped chart bar shows its
-//   figures (on any screen: a click does too).
+//   figures under the chart; with a mouse, a card beside the bar on hover (a click keeps it), and on keyboard
+//   focus; the chart folds to its summary line.
 (function () {
   "use strict";
 
@@ -187,7 +188,9 @@
     });
   }
 
-  // --- the figures of a chart bar, on a tap or a click ------------------------------------------------------
+  // --- the figures of a chart bar: a card beside it on hover or keyboard focus, kept by a click or a tap ------
+  var pinned = null;
+  var HOVER = window.matchMedia("(hover: hover) and (pointer: fine)");
   function figuresBox() {
     var box = document.getElementById("bar-figures");
     if (box) return box;
@@ -201,19 +204,85 @@
     return box;
   }
 
-  function showFigures(bar) {
+  function fillFigures(box, text) {
+    box.textContent = "";
+    text.split("\n").forEach(function (line, index) {
+      var part = document.createElement("span");
+      if (index === 0) part.className = "figures-head";
+      else if (/^cache miss: (harness|template|server)/.test(line)) part.className = "figures-miss";
+      part.textContent = line;
+      box.appendChild(part);
+      if (index > 0) box.appendChild(document.createTextNode("\n"));
+    });
+  }
+
+  function placeCard(box, bar) {
+    var side = document.getElementById("side");
+    if (!side || !HOVER.matches) { box.classList.remove("floating"); return; }
+    box.classList.add("floating");
+    var area = side.getBoundingClientRect();
+    var spot = bar.getBoundingClientRect();
+    var width = box.offsetWidth;
+    var left = spot.right - area.left + 8;  // beside the bar: on its right where the window has room, else its left
+    if (area.left + left + width > window.innerWidth - 10) left = spot.left - area.left - width - 8;
+    left = Math.max(left, 10 - area.left);
+    box.style.setProperty("left", left + "px");
+    box.style.setProperty("top", Math.max(0, spot.top - area.top) + "px");
+  }
+
+  function showFigures(bar, keep) {
     var box = figuresBox();
     if (!box) return;
     document.querySelectorAll(".chart-bar.chosen").forEach(function (other) { other.classList.remove("chosen"); });
     bar.classList.add("chosen");
-    box.textContent = bar.getAttribute("title") || "";
+    fillFigures(box, bar.dataset.figures || "");
+    placeCard(box, bar);
+    if (keep) pinned = bar;
   }
+
+  function hideFigures() {
+    var box = document.getElementById("bar-figures");
+    pinned = null;
+    document.querySelectorAll(".chart-bar.chosen").forEach(function (other) { other.classList.remove("chosen"); });
+    if (box) { box.textContent = ""; box.classList.remove("floating"); }
+  }
+
+  document.addEventListener("mouseover", function (event) {
+    var bar = event.target && event.target.closest ? event.target.closest(".chart-bar") : null;
+    if (bar && HOVER.matches && bar !== pinned) showFigures(bar, false);
+  });
+  document.addEventListener("mouseout", function (event) {
+    var bar = event.target && event.target.closest ? event.target.closest(".chart-bar") : null;
+    if (!bar || !HOVER.matches || pinned || bar.contains(event.relatedTarget)) return;
+    hideFigures();
+  });
+  document.addEventListener("focusin", function (event) {
+    var bar = event.target && event.target.closest ? event.target.closest(".chart-bar") : null;
+    if (bar) showFigures(bar, false);
+  });
+  document.addEventListener("focusout", function (event) {
+    var bar = event.target && event.target.closest ? event.target.closest(".chart-bar") : null;
+    if (bar && !pinned) hideFigures();
+  });
+  document.addEventListener("keydown", function (event) {
+    var bar = event.target && event.target.closest ? event.target.closest(".chart-bar") : null;
+    if (bar && (event.key === "Enter" || event.key === " ")) { event.preventDefault(); showFigures(bar, true); }
+    else if (event.key === "Escape" && document.querySelector(".chart-bar.chosen")) hideFigures();
+  });
+
+  // --- the chart folds to its summary line; the server draws it as it was left (a cookie) ------------------
+  document.addEventListener("toggle", function (event) {
+    var fold = event.target;
+    if (!fold || fold.id !== "chart-fold") return;
+    document.cookie = "cachet_chart=" + (fold.open ? "open" : "folded") + "; path=/; max-age=31536000; SameSite=Lax";
+  }, true);
 
   document.addEventListener("click", function (event) {
     var target = event.target;
     if (!target || !target.closest) return;
     var bar = target.closest(".chart-bar");
-    if (bar) { showFigures(bar); return; }
+    if (bar) { showFigures(bar, true); return; }
+    if (pinned && !target.closest("#bar-figures")) hideFigures();
     var tab = target.closest(".phone-tabs [role=tab]");
     if (tab) { showTab(tab.dataset.tab); return; }
     if (target.closest("#more-button")) {

@@ -139,7 +139,7 @@ def test_chat_streams_shows_tool_results_and_the_chart(browser: Browser, world: 
     assert requests_of(session_id) == len(world.model.requests) == 2
     expect(page.locator("#chart svg g.bar")).to_have_count(2)
     expect(page.locator("#chart svg g.bar").first).to_have_attribute("data-cause", "first")
-    tooltip = page.locator("#chart svg g.bar >> nth=1").locator("title").text_content()
+    tooltip = page.locator("#chart .chart-bar").nth(1).get_attribute("data-figures")
     assert tooltip is not None and "cached tokens:" in tooltip and "time to first token:" in tooltip
     screenshot(page, "chat")
     # the full stored text, paged like recall

@@ -216,3 +216,42 @@ def test_attach_by_button_paste_and_drop_then_the_message_says_what_arrived(brow
     expect(page.locator("#attachments .attached-file")).to_have_count(0)
     said = json.loads(world.model.requests[-1])["messages"][-1]["content"]
     assert re.search(r"\n\nUploaded: pasted-\d{8}-\d{6}\.png, 8 bytes; image\.png, 8 bytes\.\n</note>$", said)
+
+
+def test_the_chart_shows_a_card_on_hover_focus_and_click_and_folds_to_its_summary(
+    browser: Browser, world: World
+) -> None:
+    world.model.push(Step(text="One."), Step(text="Two."))
+    page = browser.page("ada")
+    start_session(page)
+    send(page, "First")
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
+    wait_idle(page)
+    send(page, "Second")
+    expect(page.locator("#chart .chart-bar")).to_have_count(2)
+    expect(page.locator("#cache-chart .tick.threshold-tick")).to_have_text("compacts at 80 %")
+    second = page.locator("#chart .chart-bar").nth(1)
+    second.hover()
+    card = page.locator("#bar-figures")
+    expect(card).to_have_class(re.compile(r"\bfloating\b"))
+    expect(card.locator(".figures-head")).to_contain_text("Request 2")
+    expect(card).to_contain_text("cache miss: not checked")
+    spot, shown = second.bounding_box(), card.bounding_box()
+    assert shown["x"] >= spot["x"] + spot["width"] or shown["x"] + shown["width"] <= spot["x"], "beside the bar"
+    assert shown["x"] >= 0 and shown["x"] + shown["width"] <= 1400
+    page.locator("h1").hover()
+    expect(card).to_be_empty()
+    page.locator("#chart .chart-bar").first.focus()
+    expect(card.locator(".figures-head")).to_contain_text("Request 1")
+    page.keyboard.press("Escape")
+    expect(card).to_be_empty()
+
+    chat_width = page.locator("#conversation").bounding_box()["width"]
+    page.locator("#chart-fold > summary").click()
+    expect(page.locator("#chart")).to_be_hidden()
+    expect(page.locator("#chart-summary")).to_contain_text("2 requests")
+    assert page.locator("#conversation").bounding_box()["width"] > chat_width, "the talk takes the room"
+    page.reload()
+    expect(page.locator("#chart-fold")).not_to_have_attribute("open", "")
+    page.locator("#chart-fold > summary").click()
+    expect(page.locator("#chart")).to_be_visible()

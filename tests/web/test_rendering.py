@@ -185,9 +185,10 @@ def test_a_bars_tooltip_names_the_cache_miss_class_and_the_tokens_lost() -> None
         make_request(4),
     ]
     html = chart_of(requests)
-    tooltips = re.findall(r"<title>(.*?)</title>", html, flags=re.S)
-    assert len(tooltips) == 4
-    assert sum("expected cached: " in tooltip for tooltip in tooltips) == 3, "no check, no line: no tokenizer"
+    tooltips = re.findall(r'data-figures="(.*?)"', html, flags=re.S)
+    assert len(tooltips) == 4 and "<title>" not in html, "a card, not a second native tooltip"
+    assert sum("expected cached: " in tooltip for tooltip in tooltips) == 3, "no check, no figure: no tokenizer"
+    assert "cache miss: not checked (the server offers no template and tokenizer to check with)" in tooltips[3]
     assert "cache miss: none" in html
     assert "cache miss: server, 1000 tokens lost" in html
     assert "cache miss: template, 80 tokens lost from message 4" in html
