@@ -135,6 +135,16 @@ class ChatSession(models.Model):
     class Meta:
         ordering = ["-updated_at"]
         indexes = [models.Index(fields=["owner", "-updated_at"])]
+        constraints = [  # what the settings service refuses, refused by the database too (the admin, an import)
+            models.CheckConstraint(
+                condition=models.Q(temperature__isnull=True) | models.Q(temperature__gte=0, temperature__lte=2),
+                name="session_temperature_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_tokens__isnull=True) | models.Q(max_tokens__gte=1),
+                name="session_max_tokens_positive",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.title or f"Session {self.pk}"

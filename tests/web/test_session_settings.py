@@ -105,3 +105,12 @@ def test_sampling_goes_after_the_conversation_and_changing_it_breaks_no_prefix(
         ModelRequest.objects.filter(session=live_session).order_by("id").values_list("break_cause", flat=True)
     )
     assert causes == [BreakCause.FIRST, "", ""], "each request continues the one before, sampling or not"
+
+
+def test_the_database_refuses_sampling_the_service_would(chat_session: ChatSession) -> None:
+    from django.db import IntegrityError, transaction
+
+    for wrong in ({"temperature": 2.5}, {"temperature": -0.1}, {"max_tokens": 0}):
+        with pytest.raises(IntegrityError), transaction.atomic():
+            ChatSession.objects.filter(pk=chat_session.pk).update(**wrong)
+    ChatSession.objects.filter(pk=chat_session.pk).update(temperature=2.0, max_tokens=1)
