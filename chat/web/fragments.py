@@ -120,6 +120,11 @@ def title_put(session: ChatSession) -> Put:
     return Put("session-title", _render("_title.html", {"session": session}))
 
 
+def sidebar_title_put(session: ChatSession) -> Put:
+    """The session's name in the sidebar of the pages that show it (where it is the current one)."""
+    return Put(f"side-title-{session.pk}", _render("_sidebar_link.html", {"session": session, "current": True}))
+
+
 def controls_put(*, running: bool, label: str = "") -> Put:
     return Put("controls", _render("_controls.html", {"running": running, "label": label}))
 

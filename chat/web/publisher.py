@@ -400,11 +400,12 @@ class Publisher:
         turn = event.turn
         view = started_turn(turn)
         self.shown = _ShownTurn(turn.pk, view.siblings)
-        self.session.refresh_from_db(fields=["title"])
+        self.session.refresh_from_db(fields=["title", "pinned"])
         self.group(
             [
                 fragments.turn_put(view),
                 fragments.title_put(self.session),
+                fragments.sidebar_title_put(self.session),
                 fragments.controls_put(running=True, label=self.label),
                 fragments.attachments_put(self.session),
             ],

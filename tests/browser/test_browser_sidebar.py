@@ -164,6 +164,7 @@ def test_settings_instructions_and_a_preset_reach_the_model_as_a_note(browser: B
     world.model.push(Step(text="Bonjour."))
     send(page, "Hello")
     expect(page.locator("#turn-1 .reply")).to_have_text("Bonjour.")
+    expect(page.locator(f"#side-title-{session_id}")).to_have_text("Hello")  # the first message names it, live
     expect(page.locator("#turn-1 .who .note", has_text="instructions")).to_be_visible()
     sent = json.loads(world.model.requests[-1])
     assert sent["messages"][-1]["content"].endswith("Instructions for this session:\nAnswer in French.\n</note>")
