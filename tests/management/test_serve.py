@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from sessions_app.models import ModelEndpoint, Workspace
+from sessions_app.services.workspaces import workspace_private
 from testing.scripted_server import ScriptedServer
 from tests.sandbox_kit import sandbox_ids
 
@@ -57,6 +59,17 @@ def test_serve_says_which_seeded_workspace_it_refused_and_goes_on(settings: Any,
     assert f"Workspace team: {tmp_path}/workspaces/team" in lines
     assert any("Log in at http://127.0.0.1:8000/" in line for line in lines), "serve goes on"
     assert list(Workspace.objects.values_list("name", flat=True)) == ["team"]
+
+
+def test_every_start_says_which_workspaces_it_has_not_only_the_first(settings: Any, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    scratch = f"Workspace scratch: {tmp_path}/workspaces/scratch"
+    assert scratch in serve(settings, tmp_path, url=url)
+    workspace_private(user=User.objects.create_user("ada"))
+    again = serve(settings, tmp_path, url=url)
+    assert scratch in again, "a start after the first lists the shared workspaces too"
+    assert "Private workspaces: 1, one for each person who has used Cachet." in again
+    assert not any(line.startswith("Workspace ada's files: /") for line in again), "counted, not each listed"
 
 
 def test_start_up_says_which_endpoints_answer_and_the_default_follows_the_environment(

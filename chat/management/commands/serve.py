@@ -149,8 +149,11 @@ class Command(BaseCommand):
                 f"Marked interrupted the open replies of {len(interrupted)} session(s) of a stopped server."
             )
         url = f"http://{options['host']}:{options['port']}/"
-        for workspace in seeded.workspaces:
+        for workspace in Workspace.objects.filter(owner__isnull=True).order_by("name"):
             self.stdout.write(f"Workspace {workspace.name}: {workspace.folder}")
+        private = Workspace.objects.filter(owner__isnull=False).count()
+        if private:
+            self.stdout.write(f"Private workspaces: {private}, one for each person who has used Cachet.")
         for workspace in Workspace.objects.order_by("name"):  # as root: who its commands run as, and whether they can
             line = commands_folder_line(workspace)
             if line is not None:
