@@ -238,6 +238,20 @@ def test_the_phone_layout_pins_the_composer_keeps_one_row_and_puts_the_chart_beh
     page.get_by_role("button", name="More").tap()
     expect(page.locator("#options")).to_be_hidden()
 
+    # Settings and Share stay in the head on a phone, and open on the screen
+    page.locator("#settings-menu summary").tap()
+    expect(page.get_by_label("Temperature")).to_be_visible()
+    settings_box = box(page, "#settings-menu .export-choices")
+    assert settings_box["x"] >= 0 and settings_box["x"] + settings_box["width"] <= 390, settings_box
+    screenshot(page, "phone_settings")
+    page.locator("#settings-menu summary").tap()
+    page.locator("#share-menu summary").tap()
+    expect(page.locator("#share-start")).to_be_visible()
+    share_box = box(page, "#share-menu .export-choices")
+    assert share_box["x"] >= 0 and share_box["x"] + share_box["width"] <= 390, share_box
+    screenshot(page, "phone_share")
+    page.locator("#share-menu summary").tap()
+
     # the chart behind the Cache tab; a tapped bar shows its figures
     page.get_by_role("tab", name="Cache").tap()
     expect(page.locator("#chart")).to_be_visible()
