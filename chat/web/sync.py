@@ -3,8 +3,8 @@
 A page is rendered at a revision of its session; every stored change moves the revision on and marks what it
 changed (a turn, a compaction) with it. A tab says which revision it has, the oldest turn it shows and the
 last bar of its chart, and gets back the turns and compactions changed since, the bars it lacks, and the
-small parts that are always sent (the controls, the mode, the title); after a change of model, the header's
-model menu and the whole chart, whose scale is the endpoint's context window.
+small parts that are always sent (the controls, the mode, the title, the files waiting for a message); after
+a change of model, the header's model menu and the whole chart, whose scale is the endpoint's context window.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ def catch_up(session_id: int, state: PageState) -> CatchUp:
             fragments.controls_put(running=running, label="Replying…" if replying else jobs.QUEUED if running else ""),
             fragments.mode_put(session),
             fragments.title_put(session),
+            fragments.attachments_put(session),
         ]
     )
     return CatchUp(pack(ops, rev=revision), running)
