@@ -85,6 +85,7 @@ def test_the_session_list_shows_only_ones_own_sessions_newest_first(
     assert "New session" in html
     assert "Delete “New session” and everything stored with it?" in html, "the name the list shows"
     assert f"Session {newer.pk}" not in html
+    assert "0 minutes ago" not in html and re.search(r">(now|a second ago|\d+ seconds ago)</time>", html), "just used"
 
 
 def test_new_session_offers_the_users_workspaces_and_starts_with_the_tools(
