@@ -237,7 +237,9 @@ async def test_a_tab_that_reconnects_gets_only_what_it_lacks(
     seen = got.rev
     await communicator.disconnect()
     up_to_date, again = await connected(live_session.pk, ada_cookie, rev=seen, first=1, bar=first_bar)
-    assert set(again.puts) == {"controls", "mode-control", "session-title"}, "nothing of the transcript again"
+    assert set(again.puts) == {"controls", "mode-control", "session-title", "attachments"}, (
+        "nothing of the transcript again"
+    )
     assert sum(len(raw) for raw in again.raw) < 4000
     await up_to_date.send_json_to({"type": "send", "text": "Second"})
     await until(up_to_date, again, idle)
