@@ -66,9 +66,10 @@ class Field:
 
     ``nullable``: null is one of its values. ``blank``: a text may be empty, a choice may be empty besides its
     ``choices``. ``minimum``: the least whole number (each of a list's). A text's longest is its model field's
-    ``max_length``. ``source``: the row's value it holds where that is not the model field of its name (another
-    row's number, a name). ``imported``: read back by the import (not so: where the session lived, its last change).
-    ``added``: added to version 1 of the format later, so a file written before may lack it (read as ``absent``).
+    ``max_length``; a real number's greatest is ``maximum`` (``None``: any). ``source``: the row's value it holds
+    where that is not the model field of its name (another row's number, a name). ``imported``: read back by the
+    import (not so: where the session lived, its last change). ``added``: added to version 1 of the format later,
+    so a file written before may lack it (read as ``absent``).
     """
 
     name: str
@@ -80,6 +81,7 @@ class Field:
     source: str | None = None
     imported: bool = True
     added: bool = False
+    maximum: float | None = None
 
     @property
     def absent(self) -> object:
@@ -151,6 +153,7 @@ SESSION = Table(
         _text("endpoint", source="endpoint__name"),
         _text("instructions", added=True),
         _whole("max_tokens", minimum=1, nullable=True, added=True),
+        Field("temperature", "real", nullable=True, maximum=2.0, added=True),
     ),
 )
 GENERATIONS = Table(

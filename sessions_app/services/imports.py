@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
@@ -128,12 +129,14 @@ class _Row:
     def number_or_none(self, name: str, *, minimum: int = 0) -> int | None:
         return None if self._get(name) is None else self.number(name, minimum=minimum)
 
-    def real_or_none(self, name: str) -> float | None:
+    def real_or_none(self, name: str, *, maximum: float | None = None) -> float | None:
         value = self._get(name)
         if value is None:
             return None
-        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value < math.inf:
-            raise _fail(f"{self.where}.{name}", "a number from 0 is expected")
+        highest = sys.float_info.max if maximum is None else maximum
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= highest < math.inf:
+            expected = "a number from 0" if maximum is None else f"a number from 0 to {maximum:g}"
+            raise _fail(f"{self.where}.{name}", f"{expected} is expected")
         return float(value)
 
     def flag(self, name: str) -> bool:
@@ -217,7 +220,7 @@ def _read(row: _Row, field: Field, table: Table) -> Any:
         case "whole":
             return row.number(name, minimum=field.minimum)
         case "real":
-            return row.real_or_none(name)
+            return row.real_or_none(name, maximum=field.maximum)
         case "flag":
             return row.flag(name)
         case "json":

@@ -78,6 +78,25 @@ def test_an_import_is_the_same_session_for_the_person_importing_it(
     assert build_request(imported, current=None, model_name=imported.model_name).body == before
 
 
+def test_the_sessions_settings_go_with_it(live_session: ChatSession, model: ScriptedServer, other_user: Any) -> None:
+    original = chatted(live_session, model)
+    ChatSession.objects.filter(pk=original.pk).update(instructions="Answer in French.", temperature=0.4, max_tokens=99)
+    original.refresh_from_db()
+    data = exported(original)
+    assert (data["session"]["instructions"], data["session"]["temperature"], data["session"]["max_tokens"]) == (
+        "Answer in French.",
+        0.4,
+        99,
+    )
+    imported = session_import(owner=other_user, workspace=original.workspace, raw=json.dumps(data).encode())
+    assert (imported.instructions, imported.temperature, imported.max_tokens) == ("Answer in French.", 0.4, 99)
+    too_hot = json.dumps({**data, "session": {**data["session"], "temperature": 3}})
+    bad(too_hot, other_user, original.workspace, r"session\.temperature: a number from 0 to 2 is expected")
+    del data["session"]["temperature"]
+    earlier = session_import(owner=other_user, workspace=original.workspace, raw=json.dumps(data).encode())
+    assert earlier.temperature is None, "a file from before temperature was exported: the server's own"
+
+
 def test_a_file_written_before_fields_were_added_still_imports(
     live_session: ChatSession, model: ScriptedServer, other_user: Any
 ) -> None:
