@@ -28,7 +28,7 @@ from sessions_app.models import (
     Upload,
     Workspace,
 )
-from sessions_app.selectors.totals import with_totals
+from sessions_app.selectors.totals import listed_totals, with_totals
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -244,6 +244,9 @@ class ChatSessionAdmin(ReadOnlyAdmin):
         "requests",
         "prompt_tokens",
         "cached",
+        "processed",
+        "prompt_time",
+        "cache_saved",
         "updated_at",
         "deleted_at",
     ]
@@ -270,6 +273,20 @@ class ChatSessionAdmin(ReadOnlyAdmin):
     def cached(self, session: ChatSession) -> str:
         prompt = int(getattr(session, "prompt_sum", 0))
         return f"{int(getattr(session, 'cached_sum', 0)) / prompt:.0%}" if prompt else "–"
+
+    @admin.display(description="processed")
+    def processed(self, session: ChatSession) -> str:
+        return f"{listed_totals(session).processed_tokens:,}"
+
+    @admin.display(description="prompt time", ordering="prompt_seconds_sum")
+    def prompt_time(self, session: ChatSession) -> str:
+        return f"{listed_totals(session).prompt_seconds:.1f} s"
+
+    @admin.display(description="cache saved")
+    def cache_saved(self, session: ChatSession) -> str:
+        """The time computing the cached tokens would have taken at the server's measured speed."""
+        saved = listed_totals(session).saved_seconds
+        return f"{saved:.1f} s" if saved is not None else "–"
 
     @admin.display(description="turns")
     def turn_tree(self, session: ChatSession) -> SafeString:

@@ -287,6 +287,23 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
+def totals_brief(totals: RequestTotals) -> str:
+    """The summary line's figures in the few words a session list has room for ("" with no requests)."""
+    if not totals.requests:
+        return ""
+    share = totals.cached_share
+    cached = f", {share * 100:.0f} % cached" if share is not None else ""
+    parts = [
+        f"{totals.requests:,} request{'s' if totals.requests != 1 else ''}",
+        f"{totals.prompt_tokens:,} tokens{cached}",
+        f"{totals.processed_tokens:,} processed in {_duration(totals.prompt_seconds)}",
+    ]
+    saved = totals.saved_seconds
+    if totals.cached_tokens and saved is not None:
+        parts.append(f"the cache saved {_duration(saved)}")
+    return ", ".join(parts)
+
+
 def summary_text(totals: RequestTotals) -> str:
     """The chart's summary line: the session's requests added up, and what the prompt cache saved."""
     if not totals.requests:

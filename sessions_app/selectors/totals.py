@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Count, F, FloatField, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import (
+    Aggregate,
+    Count,
+    F,
+    FloatField,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 
@@ -66,44 +78,45 @@ def _finished(requests: QuerySet[ModelRequest]) -> QuerySet[ModelRequest]:
 
 def session_totals(session: ChatSession) -> RequestTotals:
     """The session's finished requests added up, in one query."""
-    timed = Q(server_ms__isnull=False, server_n__isnull=False)
-    row = (
-        _finished(ModelRequest.objects.filter(session=session))
-        .annotate(
-            server_ms=Cast(KT("timings__prompt_ms"), FloatField()),
-            server_n=Cast(Cast(KT("timings__prompt_n"), FloatField()), IntegerField()),
-        )
-        .aggregate(
-            requests=Count("pk"),
-            prompt=Coalesce(Sum("prompt_tokens"), 0),
-            cached=Coalesce(Sum("cached_tokens"), 0),
-            server_seconds=Coalesce(Sum(F("server_ms") / 1000.0), Value(0.0)),
-            untimed_seconds=Coalesce(Sum("time_to_first_token", filter=Q(server_ms__isnull=True)), Value(0.0)),
-            timed_tokens=Coalesce(Sum("server_n", filter=timed), 0),
-            timed_seconds=Coalesce(Sum(F("server_ms") / 1000.0, filter=timed), Value(0.0)),
-        )
-    )
-    return RequestTotals(
-        requests=row["requests"],
-        prompt_tokens=row["prompt"],
-        cached_tokens=row["cached"],
-        prompt_seconds=row["server_seconds"] + row["untimed_seconds"],
-        timed_tokens=row["timed_tokens"],
-        timed_seconds=row["timed_seconds"],
-    )
+    return listed_totals(with_totals(ChatSession.objects.filter(pk=session.pk)).get())
 
 
 def with_totals(sessions: QuerySet[ChatSession]) -> QuerySet[ChatSession]:
-    """``sessions`` with ``request_count``, ``prompt_sum`` and ``cached_sum`` of their finished requests, each a
-    subquery (no join that multiplies rows)."""
+    """``sessions`` with their finished requests added up, each figure a subquery (no join that multiplies rows):
+    ``request_count``, ``prompt_sum``, ``cached_sum`` and the timings :func:`listed_totals` reads."""
+    timed = Q(server_ms__isnull=False, server_n__isnull=False)
+    seconds = F("server_ms") / 1000.0
 
-    def summed(field: str) -> Subquery:
-        rows = _finished(ModelRequest.objects.filter(session=OuterRef("pk"))).order_by().values("session")
-        return Subquery(rows.annotate(total=Sum(field)).values("total")[:1])
+    def summed(total: Aggregate, default: Value) -> Coalesce:
+        rows = (
+            _finished(ModelRequest.objects.filter(session=OuterRef("pk")))
+            .annotate(
+                server_ms=Cast(KT("timings__prompt_ms"), FloatField()),
+                server_n=Cast(Cast(KT("timings__prompt_n"), FloatField()), IntegerField()),
+            )
+            .order_by()
+            .values("session")
+        )
+        return Coalesce(Subquery(rows.annotate(total=total).values("total")[:1]), default)
 
-    counted = _finished(ModelRequest.objects.filter(session=OuterRef("pk"))).order_by().values("session")
+    none, zero = Value(0), Value(0.0)
     return sessions.annotate(
-        request_count=Coalesce(Subquery(counted.annotate(n=Count("pk")).values("n")[:1]), 0),
-        prompt_sum=Coalesce(summed("prompt_tokens"), 0),
-        cached_sum=Coalesce(summed("cached_tokens"), 0),
+        request_count=summed(Count("pk"), none),
+        prompt_sum=summed(Sum("prompt_tokens"), none),
+        cached_sum=summed(Sum("cached_tokens"), none),
+        prompt_seconds_sum=summed(Sum(Coalesce(seconds, F("time_to_first_token"), zero)), zero),
+        timed_tokens_sum=summed(Sum("server_n", filter=timed), none),
+        timed_seconds_sum=summed(Sum(seconds, filter=timed), zero),
+    )
+
+
+def listed_totals(session: ChatSession) -> RequestTotals:
+    """The totals of a session from :func:`with_totals` (none where it was not annotated)."""
+    return RequestTotals(
+        requests=int(getattr(session, "request_count", 0)),
+        prompt_tokens=int(getattr(session, "prompt_sum", 0)),
+        cached_tokens=int(getattr(session, "cached_sum", 0)),
+        prompt_seconds=float(getattr(session, "prompt_seconds_sum", 0.0)),
+        timed_tokens=int(getattr(session, "timed_tokens_sum", 0)),
+        timed_seconds=float(getattr(session, "timed_seconds_sum", 0.0)),
     )

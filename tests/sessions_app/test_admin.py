@@ -89,6 +89,18 @@ def test_sessions_and_requests_pages_render(staff: Client, results: list[Result]
     assert staff.get(reverse("admin:sessions_app_chatsession_changelist"), {"o": "7"}).status_code == 200
 
 
+def test_the_sessions_list_shows_the_totals_the_chart_sums_up(staff: Client, chat_session: ChatSession) -> None:
+    turn = turn_start(session=chat_session, words="Hi", today="2026-12-05", instructions=None)
+    recorded, _ = request_recorded(chat_session, turn)
+    ModelRequest.objects.filter(pk=recorded.pk).update(
+        status="done", prompt_tokens=1000, cached_tokens=800, timings={"prompt_ms": 200.0, "prompt_n": 200}
+    )
+    listing = staff.get(reverse("admin:sessions_app_chatsession_changelist")).content.decode()
+    cells = dict(re.findall(r'<td class="field-(\w+)">([^<]*)</td>', listing))
+    assert (cells["requests"], cells["prompt_tokens"], cells["cached"]) == ("1", "1,000", "80%")
+    assert (cells["processed"], cells["prompt_time"], cells["cache_saved"]) == ("200", "0.2 s", "0.8 s")
+
+
 def test_admin_needs_staff(client: Client, user: Any) -> None:
     client.login(username="ada", password="ada-password-1")
     response = client.get(reverse("admin:sessions_app_result_changelist"))
