@@ -22,7 +22,7 @@ from html import escape
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from sessions_app.models import BreakCause, ModelRequest, Moved, RequestStatus
+from sessions_app.models import BreakCause, ModelRequest, Moved, RequestStatus, Turn
 from sessions_app.selectors.totals import RequestTotals
 
 HEIGHT = 100.0
@@ -87,8 +87,8 @@ class Bar:
         request = self.request
         lines = [
             f"Request {self.index} · {request.kind}"
-            + (f" · turn {request.turn.position} (stored {request.turn.number})" if request.turn is not None else "")
-            + (f" step {request.step_number}" if request.step_number else ""),
+            + (_turn_label(request.turn) if request.turn is not None else "")
+            + (f" · step {request.step_number}" if request.step_number else ""),
             f"prompt tokens: {_figure(request.prompt_tokens)}",
             "cached tokens: "
             + (_figure(request.cached_tokens) if request.cached_tokens is not None else "not reported"),
@@ -281,6 +281,12 @@ def chart_html(bars: Sequence[Bar], *, window: int, auto_at: float, more: int = 
         round(auto_at * 100),
         _legend_marks(),
     )
+
+
+def _turn_label(turn: Turn) -> str:
+    """The turn as the page numbers it, its place in the live branch; the stored number where that differs."""
+    stored = f" (stored {turn.number})" if turn.number != turn.position else ""
+    return f" · turn {turn.position}{stored}"
 
 
 def _duration(seconds: float) -> str:

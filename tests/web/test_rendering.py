@@ -11,7 +11,7 @@ import pytest
 from chat.web.chart import bar_html, bars_of, chart_html, ttft_y
 from chat.web.display import call_target, result_status
 from chat.web.rendering import ALLOWED_ATTRIBUTES, ALLOWED_TAGS, CODE_CLASSES, markdown_html, pygments_css
-from sessions_app.models import BreakCause, ModelRequest, RequestStatus, Result, ResultKind
+from sessions_app.models import BreakCause, ModelRequest, RequestStatus, Result, ResultKind, Turn
 
 
 class Collect(HTMLParser):
@@ -194,6 +194,16 @@ def test_a_bars_tooltip_names_the_cache_miss_class_and_the_tokens_lost() -> None
     assert "cache miss: template, 80 tokens lost from message 4" in html
     assert 'data-miss="server"' in html and 'data-miss="template"' in html
     assert ">unexpected</span>" not in html, "a template or server miss is no prefix break"
+
+
+def test_a_bars_card_numbers_its_turn_as_the_page_does() -> None:
+    same = make_request(1, turn=Turn(number=3, position=3), step_number=1)
+    moved = make_request(2, turn=Turn(number=5, position=2), step_number=2)
+    first_lines = [
+        tooltip.splitlines()[0]
+        for tooltip in re.findall(r"data-figures=\"(.*?)\"", chart_of([same, moved]), flags=re.S)
+    ]
+    assert first_lines == ["Request 1 · reply · turn 3 · step 1", "Request 2 · reply · turn 2 (stored 5) · step 2"]
 
 
 def test_a_bar_is_its_prompt_as_a_share_of_the_window() -> None:
