@@ -494,7 +494,7 @@ def test_the_chart_and_the_list_show_the_sessions_totals(
     )
     listing = ada.get("/").content.decode()
     brief = r"2 requests, [\d,]+ tokens, \d+ % cached, [\d,]+ processed in [\d.]+ s, the cache saved [\d.]+ s"
-    assert re.search(rf'<span class="totals"[^>]*>{brief}</span>', listing), "the chart's figures, briefly"
+    assert re.search(rf'<span class="meta totals"[^>]*>{brief}</span>', listing), "the chart's figures, briefly"
 
 
 def test_new_chat_stores_the_session_with_its_first_message_and_never_an_empty_one(
