@@ -1,6 +1,8 @@
 """How large a request body Cachet takes, refused before it is read: ``CACHET_MAX_BODY_BYTES`` at every address,
-at the import's the file (``CACHET_IMPORT_MAX_BYTES``, which the import view checks too) plus a form's worth, and
-where files are attached (Attach, New chat) ``CACHET_UPLOAD_MAX_BYTES`` plus a form's worth.
+and, for a request that shows a login (:mod:`cachet.login_mark`), at the import's the file
+(``CACHET_IMPORT_MAX_BYTES``, which the import view checks too) plus a form's worth, and where files are attached
+(Attach, New chat) ``CACHET_UPLOAD_MAX_BYTES`` plus a form's worth. Anyone else is refused past the ordinary limit
+there too, with a line that asks them to log in: no client makes the server read a large body before its login.
 
 Daphne reads a whole body before the application sees any of it, so under ``manage.py serve`` Daphne itself refuses
 (:mod:`chat.web.daphne_bodies`); :class:`BodyLimit` refuses the same in the ASGI stack, for servers that stream.
@@ -8,7 +10,7 @@ Daphne reads a whole body before the application sees any of it, so under ``mana
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,10 +18,12 @@ from django.conf import settings
 from django.urls import Resolver404, resolve
 
 from cachet.asgi_types import Message, Receive, Scope, Send
+from cachet.login_mark import header_shows_login
 
 IMPORT_URL_NAME = "session_import"
 UPLOAD_URL_NAMES = ("session_attach", "session_new")
 DISCONNECT: Message = {"type": "http.disconnect"}
+LOG_IN_FIRST = "Log in to attach files or import sessions."
 
 
 @dataclass(frozen=True)
@@ -54,9 +58,12 @@ def _url_name(path: str) -> str:
         return ""
 
 
-def body_limit(path: str) -> Limit:
-    """The limit of a request to ``path`` (decoded, without its query)."""
+def body_limit(path: str, headers: Iterable[tuple[bytes, bytes]]) -> Limit:
+    """The limit of a request to ``path`` (decoded, without its query) with these headers (names and values as
+    ASGI gives them), decided without the database."""
     name = _url_name(path)
+    if name in (*UPLOAD_URL_NAMES, IMPORT_URL_NAME) and not header_shows_login(cookie_header(headers)):
+        return Limit(settings.CACHET_MAX_BODY_BYTES, LOG_IN_FIRST)
     if name in UPLOAD_URL_NAMES:
         return Limit(
             settings.CACHET_UPLOAD_MAX_BYTES + settings.CACHET_MAX_BODY_BYTES,
@@ -71,6 +78,11 @@ def body_limit(path: str) -> Limit:
         settings.CACHET_MAX_BODY_BYTES,
         f"Too large: Cachet takes at most {size_text(settings.CACHET_MAX_BODY_BYTES)} in one request here.",
     )
+
+
+def cookie_header(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """A request's ``Cookie`` headers as one, joined as Django joins them (so both read the same cookies)."""
+    return ",".join(value.decode("latin-1") for name, value in headers if name.lower() == b"cookie")
 
 
 def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
@@ -93,8 +105,9 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = body_limit(scope["path"])
-        length = declared_length(scope.get("headers", []))
+        headers = scope.get("headers", [])
+        limit = body_limit(scope["path"], headers)
+        length = declared_length(headers)
         if length is not None and length > limit.size:
             await _refuse(send, limit)
             return

@@ -18,10 +18,10 @@ import asyncio
 import logging
 import time
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 from channels_redis.pubsub import RedisPubSubChannelLayer, RedisPubSubLoopLayer, RedisSingleShardConnection
 from channels_redis.utils import _wrap_close, decode_hosts
+from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -109,10 +109,10 @@ def _host(host: Any) -> Any:
 def channel_prefix(url: str) -> str:
     """The prefix of every pub/sub channel of the Redis database ``url`` names: Redis's pub/sub channels are shared
     by all its databases, so two installations (or test runs) on one Redis, each on a database of its own, would
-    otherwise hear each other's groups (``session-1`` of one is ``session-1`` of the other)."""
-    parts = urlsplit(url)
-    number = parts.path.strip("/") or dict(parse_qsl(parts.query)).get("db", "0")
-    return f"cachet-db{int(number) if str(number).isdigit() else 0}"
+    otherwise hear each other's groups (``session-1`` of one is ``session-1`` of the other). The database is the one
+    redis-py connects to: ``redis://host/N``, ``rediss://host/N``, a ``?db=N`` (which wins over the path), a
+    ``unix:///path?db=N``; none given is 0."""
+    return f"cachet-db{int(parse_url(url).get('db') or 0)}"
 
 
 class RedisPubSubLayer(RedisPubSubChannelLayer):  # type: ignore[misc]

@@ -15,6 +15,7 @@ import dj_database_url
 from django.utils.functional import lazy
 
 from cachet import embedded_pg
+from cachet.cookies import cookie_names
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -78,6 +79,7 @@ MIDDLEWARE = [
     "cachet.security.ContentSecurityPolicyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "cachet.login_mark.LoginMarkMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -223,6 +225,12 @@ ONE_YEAR = 365 * 24 * 60 * 60
 CACHET_TLS = env_bool("CACHET_TLS", False)
 SESSION_COOKIE_SECURE = CACHET_TLS
 CSRF_COOKIE_SECURE = CACHET_TLS
+# Cookie names of this instance's own (``cachet.cookies``): from SECRET_KEY, or where Cachet generates its key, from
+# the data folder that holds it (reading a generated key here would make one whenever the settings are imported).
+_cookies = cookie_names(os.environ.get("SECRET_KEY") or f"generated in {CACHET_DATA}", tls=CACHET_TLS)
+SESSION_COOKIE_NAME = _cookies.session
+CSRF_COOKIE_NAME = _cookies.csrf
+CACHET_LOGIN_COOKIE_NAME = _cookies.login
 SECURE_SSL_REDIRECT = CACHET_TLS
 SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS") or (ONE_YEAR if CACHET_TLS else 0))
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
@@ -262,6 +270,8 @@ CACHET_WORKSPACE_ROOTS = [
     for item in (os.environ.get("CACHET_WORKSPACE_ROOTS") or str(CACHET_DATA / "workspaces")).split(",")
     if item.strip()
 ]
+# The private workspaces, one folder a person (``people/ID``): in the data folder, so no other workspace can be there.
+CACHET_PEOPLE = CACHET_DATA / "people"
 CACHET_PROMPTS = Path(os.environ.get("CACHET_PROMPTS") or BASE_DIR / "prompts")
 CACHET_TODAY = os.environ.get("CACHET_TODAY", "")
 CACHET_CONNECT_TIMEOUT = float(os.environ.get("CACHET_CONNECT_TIMEOUT", "10"))

@@ -23,6 +23,7 @@ from django.db import connection
 START_TIMEOUT = 90.0
 BLOCK = 64 * 1024
 LISTENING = re.compile(r"Listening on TCP address [\d.]+:(\d+)")
+SECRET_KEY = "cachet-serve-kit-secret-key-not-for-production-0123456789"  # the served Cachet's (its cookie names)
 
 
 def subprocess_database_url() -> str:
@@ -82,7 +83,7 @@ def served(data: Path, **environment: str) -> Iterator[Served]:
         CACHET_DATA=str(data),
         CACHET_WORKSPACE_ROOTS=str(data / "workspaces"),
         CACHET_MODEL_URL="http://127.0.0.1:9/v1",  # the discard port: nothing answers, at once
-        SECRET_KEY="cachet-serve-kit-secret-key-not-for-production-0123456789",
+        SECRET_KEY=SECRET_KEY,
         ALLOWED_HOSTS="127.0.0.1",
         DJANGO_SETTINGS_MODULE="cachet.settings",
         PYTHONPATH=str(settings.BASE_DIR),

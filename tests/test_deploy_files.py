@@ -179,9 +179,11 @@ def test_the_caddy_example_refuses_bodies_past_cachets_limits(settings: Any) -> 
     found = re.findall(r"^(@\w+) (.+)\nrequest_body \1 \{\nmax_size (\d+)(MiB|KiB|B)\n\}$", limits, re.M)
     sizes = {matcher: int(number) * units[unit] for _, matcher, number, unit in found}
     path = reverse("session_import")
+    attach = f"{reverse('session_new')} {reverse('session_attach', args=[1]).replace('/1/', '/*/')}"
     assert sizes == {
         f"path {path}": settings.CACHET_IMPORT_MAX_BYTES + settings.CACHET_MAX_BODY_BYTES,
-        f"not path {path}": settings.CACHET_MAX_BODY_BYTES,
+        f"path {attach}": settings.CACHET_UPLOAD_MAX_BYTES + settings.CACHET_MAX_BODY_BYTES,
+        f"not path {path} {attach}": settings.CACHET_MAX_BODY_BYTES,
     }
     assert limits.index("request_body") < limits.index("reverse_proxy")
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
@@ -27,7 +28,7 @@ from django.utils.regex_helper import normalize
 from cachet.asgi import application
 from chat.agent.loop import ReplyLoop
 from chat.web.routing import websocket_urlpatterns
-from sessions_app.models import ChatSession, ModelRequest, Result, Turn, Upload
+from sessions_app.models import ChatSession, ModelRequest, Result, Turn, Upload, Workspace
 from sessions_app.services.sessions import session_rename
 from sessions_app.services.uploads import upload_record
 from testing.scripted_server import ScriptedServer, Step
@@ -300,13 +301,13 @@ def test_ids_out_of_range_or_malformed_are_404_never_500(owned: Owned, user: Any
 def _cookie(user: Any) -> str:
     client = Client()
     client.force_login(user)
-    return client.cookies["sessionid"].value
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
 
 
 def _socket(path: str, cookie: str | None) -> WebsocketCommunicator:
     headers = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")]
     if cookie:
-        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
     return WebsocketCommunicator(application, path, headers=headers)
 
 
@@ -409,6 +410,7 @@ def _sweep_removed(client: Client, user: Any, routes: list[Route], owned: Owned,
 def test_a_removed_member_reads_their_session_through_every_url_and_changes_nothing(
     owned: Owned, user: Any, other_user: Any, workspace_dir: Path, scripted: ScriptedServer
 ) -> None:
+    Workspace.objects.filter(pk=owned.session.workspace_id).update(open_to_everyone=False)
     owned.session.workspace.members.add(other_user)  # staff give the workspace a member: ada is not one
     files, stored, asked = _folder(workspace_dir), _stored(owned), len(scripted.requests)
     posted = {**POSTED, "workspace": str(owned.session.workspace_id), "endpoint": str(owned.session.endpoint_id)}
@@ -435,6 +437,7 @@ async def test_a_removed_member_is_refused_every_socket_action_but_stop_and_read
     from chat.web import jobs
 
     def remove() -> tuple[dict[str, bytes], tuple[int, int, int, int]]:
+        Workspace.objects.filter(pk=owned.session.workspace_id).update(open_to_everyone=False)
         owned.session.workspace.members.add(other_user)
         return _folder(workspace_dir), _stored(owned)
 

@@ -2,9 +2,10 @@
 
 Under Daphne, Twisted reads a request's whole body (into memory, or a temporary file past 100 kB) before the
 application sees any of it, and Daphne then queues all of it at once: a 1 GB POST cost a 1 GB file and 1.1 GB of
-memory, kept afterwards. :class:`LimitedRequest` refuses a body over its :func:`cachet.body_limits.body_limit` as
-soon as the headers give its length, or, sent in chunks, as soon as what arrived passes the limit: a 413 with one
-line, and the connection closed without reading the rest.
+memory, kept afterwards. :class:`LimitedRequest` refuses a body over its :func:`cachet.body_limits.body_limit` (by
+its address and whether its cookies show a login, decided without the database) as soon as the headers give its
+length, or, sent in chunks, as soon as what arrived passes the limit: a 413 with one line, and the connection closed
+without reading the rest.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class LimitedRequest(WebRequest):  # type: ignore[misc]
         self.refused = False
 
     def gotLength(self, length: int | None) -> None:
-        self.body_limit = body_limit(request_path(self.channel))
+        headers = [(name, value) for name, values in self.requestHeaders.getAllRawHeaders() for value in values]
+        self.body_limit = body_limit(request_path(self.channel), headers)
         if length is not None and length > self.body_limit.size:
             self._refuse(self.body_limit)
             return

@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 import pytest
+from django.conf import settings
 from django.test import Client, override_settings
 from playwright.sync_api import expect
 
@@ -190,7 +191,7 @@ def raw_handshake(cachet_url: str, path: str, *, origin: str | None, cookie: str
         "Connection: Upgrade",
         f"Sec-WebSocket-Key: {key}",
         "Sec-WebSocket-Version: 13",
-        f"Cookie: sessionid={cookie}",
+        f"Cookie: {settings.SESSION_COOKIE_NAME}={cookie}",
         *([f"Origin: {origin}"] if origin is not None else []),
         *(f"{name}: {value}" for name, value in extra.items()),
     ]
@@ -218,7 +219,7 @@ def raw_handshake(cachet_url: str, path: str, *, origin: str | None, cookie: str
 def ada_cookie(ada_session: ChatSession) -> str:
     client = Client()
     client.force_login(ada_session.owner)
-    return client.cookies["sessionid"].value
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
 
 
 def test_behind_a_tls_proxy_the_forwarded_scheme_counts_only_with_the_proxy_setting(

@@ -51,7 +51,7 @@ def session(world: World) -> ChatSession:
 def cookie(session: ChatSession) -> str:
     client = Client()
     client.force_login(session.owner)
-    return client.cookies["sessionid"].value
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
 
 
 @dataclass
@@ -93,7 +93,7 @@ def tab(cachet_url: str, session_id: int, cookie: str) -> Iterator[Tab]:
     request = (
         f"GET /ws/sessions/{session_id}/ HTTP/1.1\r\nHost: {address.netloc}\r\nUpgrade: websocket\r\n"
         f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-        f"Cookie: sessionid={cookie}\r\nOrigin: {cachet_url}\r\n\r\n"
+        f"Cookie: {settings.SESSION_COOKIE_NAME}={cookie}\r\nOrigin: {cachet_url}\r\n\r\n"
     )
     assert address.hostname is not None and address.port is not None
     with socket.create_connection((address.hostname, address.port), timeout=20) as connection:

@@ -7,9 +7,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from django.conf import settings
 
 from cachet.asgi_types import Message, Receive, Scope, Send
 from cachet.body_limits import BodyLimit, body_limit
+from cachet.login_mark import login_mark
 
 MB = 1024 * 1024
 
@@ -85,15 +87,46 @@ def test_a_body_within_the_limit_reaches_the_application_whole(settings: Any) ->
     assert (exchange.status, exchange.body) == (200, b"ok")
 
 
-def test_the_import_takes_its_file_and_a_form_more(settings: Any) -> None:
+def logged_in(session_key: str = "k" * 32, *, mark_of: str | None = None) -> list[tuple[bytes, bytes]]:
+    """The cookie header of a login: its session cookie and the mark of ``mark_of`` (its own by default)."""
+    mark = login_mark(session_key if mark_of is None else mark_of)
+    cookies = f"other=1; {settings.SESSION_COOKIE_NAME}={session_key}; {settings.CACHET_LOGIN_COOKIE_NAME}={mark}"
+    return [(b"cookie", cookies.encode())]
+
+
+def test_the_import_takes_its_file_and_a_form_more_from_a_login(settings: Any) -> None:
     settings.CACHET_MAX_BODY_BYTES, settings.CACHET_IMPORT_MAX_BYTES = MB, 64 * MB
-    assert body_limit("/sessions/import").size == 65 * MB
-    assert body_limit("/sessions/import").message == "Too large: an import is at most 64 MB."
+    assert body_limit("/sessions/import", logged_in()).size == 65 * MB
+    assert body_limit("/sessions/import", logged_in()).message == "Too large: an import is at most 64 MB."
     for path in ("/login/", "/sessions/import/", "/sessions/3/rename", "/admin/", "/no/such/page"):
-        assert body_limit(path).size == MB, path
-    declared = [(b"Content-Length", str(2 * MB).encode())]
+        assert body_limit(path, logged_in()).size == MB, path
+    declared = [(b"Content-Length", str(2 * MB).encode()), *logged_in()]
     exchange = Recorded([b"x" * 2 * MB], headers=declared, path="/sessions/import").run()
     assert exchange.status == 200
+
+
+@pytest.mark.parametrize("path", ["/sessions/import", "/sessions/3/attach", "/sessions/new"])
+def test_without_a_login_the_larger_limits_are_refused_before_the_body_is_read(path: str, settings: Any) -> None:
+    settings.CACHET_MAX_BODY_BYTES, settings.CACHET_IMPORT_MAX_BYTES = MB, 64 * MB
+    settings.CACHET_UPLOAD_MAX_BYTES = 20 * MB
+    assert body_limit(path, logged_in()).size > 20 * MB
+    session = f"{settings.SESSION_COOKIE_NAME}={'k' * 32}"
+    refused = {
+        "no cookies": [],
+        "a session cookie without its mark": [(b"cookie", session.encode())],
+        "another session's mark": logged_in(mark_of="j" * 32),
+        "a mark without its session": [(b"cookie", f"{settings.CACHET_LOGIN_COOKIE_NAME}={login_mark('')}".encode())],
+        "a made-up mark": [(b"cookie", f"{session}; {settings.CACHET_LOGIN_COOKIE_NAME}=login:1:x".encode())],
+    }
+    for why, headers in refused.items():
+        limit = body_limit(path, headers)
+        assert (limit.size, limit.message) == (MB, "Log in to attach files or import sessions."), why
+    settings.SESSION_COOKIE_AGE = 0
+    assert body_limit(path, logged_in()).size == MB, "an expired mark"
+    declared = [(b"content-length", str(20 * MB).encode())]
+    exchange = Recorded([b"x" * MB] * 20, headers=declared, path=path).run()
+    assert (exchange.called, exchange.read, exchange.status) == (False, 0, 413)
+    assert exchange.body == b"Log in to attach files or import sessions.\n"
 
 
 @pytest.mark.parametrize("kind", ["websocket", "lifespan"])

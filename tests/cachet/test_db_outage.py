@@ -29,12 +29,15 @@ import psycopg
 import pytest
 from django.conf import settings
 
+from cachet.cookies import cookie_names
 from cachet.embedded_pg import import_pgserver
 from cachet.outage import DATABASE_UNAVAILABLE_CLOSE
 from sessions_app.errors import DATABASE_UNAVAILABLE
 from tests.raw_websocket import HELLO, client_frame
 
 ROOT = Path(settings.BASE_DIR)
+SECRET_KEY = "cachet-outage-test-secret-key-not-for-production-0123456789"
+SESSION_COOKIE = cookie_names(SECRET_KEY, tls=False).session  # the served Cachet's
 PASSWORD = "ada-password-1"
 START_TIMEOUT = 60.0
 
@@ -117,7 +120,7 @@ def _environment(postgres: Postgres, data: Path) -> dict[str, str]:
     env.update(
         DATABASE_URL=postgres.url("cachet_outage"),
         CACHET_DATA=str(data),
-        SECRET_KEY="cachet-outage-test-secret-key-not-for-production-0123456789",
+        SECRET_KEY=SECRET_KEY,
         ALLOWED_HOSTS="127.0.0.1",
         DJANGO_SETTINGS_MODULE="cachet.settings",
         PYTHONPATH=str(ROOT),
@@ -223,7 +226,7 @@ def _websocket(cachet: Cachet, client: httpx.Client) -> Handshake:
     request = (
         f"GET /ws/sessions/{cachet.session_id}/ HTTP/1.1\r\nHost: 127.0.0.1:{cachet.port}\r\n"
         f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-        f"Origin: {cachet.url}\r\nCookie: sessionid={client.cookies['sessionid']}\r\n\r\n"
+        f"Origin: {cachet.url}\r\nCookie: {SESSION_COOKIE}={client.cookies[SESSION_COOKIE]}\r\n\r\n"
     )
     with socket.create_connection(("127.0.0.1", cachet.port), timeout=20) as stream:
         stream.sendall(request.encode())

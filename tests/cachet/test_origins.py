@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from channels.testing import ApplicationCommunicator
+from django.conf import settings
 from django.test import Client, override_settings
 
 from cachet.asgi import application
@@ -37,7 +38,7 @@ class Case:
             headers.append((b"host", self.host.encode()))
         headers += [(name.encode(), value.encode()) for name, value in self.headers]
         if cookie is not None:
-            headers.append((b"cookie", f"sessionid={cookie}".encode()))
+            headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
         return {
             "type": "websocket",
             "scheme": self.scheme,
@@ -221,7 +222,7 @@ async def test_the_origin_rule_through_the_application(chat_session: ChatSession
     which Daphne answers with HTTP 403."""
     client = Client()
     await client.aforce_login(user)
-    cookie = client.cookies["sessionid"].value
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
     path = f"/ws/sessions/{chat_session.pk}/"
     wrong: list[str] = []
     for case in [case for case in CASES if case.loopback]:

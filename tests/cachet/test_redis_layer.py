@@ -169,6 +169,30 @@ async def test_the_prefix_is_the_databases_own() -> None:
     assert channel_prefix("redis://127.0.0.1:6379/?db=7") == "cachet-db7"
 
 
+@pytest.mark.parametrize(
+    ("url", "prefix"),
+    [
+        ("redis://127.0.0.1:6379/3", "cachet-db3"),
+        ("redis://:password@redis.example:6379/12", "cachet-db12"),
+        ("rediss://redis.example:6380/5", "cachet-db5"),
+        ("rediss://redis.example:6380", "cachet-db0"),
+        ("redis://127.0.0.1:6379?db=4", "cachet-db4"),
+        ("redis://127.0.0.1:6379/2?db=6", "cachet-db6"),  # as redis-py reads it: the query's db wins
+        ("unix:///run/redis/redis.sock?db=3", "cachet-db3"),
+        ("unix:///run/redis/redis.sock?password=x&db=9", "cachet-db9"),
+        ("unix:///run/redis/redis.sock", "cachet-db0"),
+        ("unix:///var/lib/redis/7", "cachet-db0"),  # a socket whose name is a number is not database 7
+    ],
+)
+async def test_every_url_form_gives_its_databases_prefix(url: str, prefix: str) -> None:
+    assert channel_prefix(url) == prefix
+
+
+async def test_unix_sockets_on_different_databases_get_different_prefixes() -> None:
+    prefixes = {channel_prefix(f"unix:///run/redis.sock?db={number}") for number in range(4)}
+    assert len(prefixes) == 4
+
+
 async def test_two_databases_of_one_redis_do_not_hear_each_others_groups(redis_database: RedisDatabase) -> None:
     """Redis's pub/sub is shared by its databases: without the prefix, a group of one installation (or test run)
     on database 3 heard the same group of another on database 4."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +111,32 @@ def test_hsts_can_be_set_apart_and_preloaded_on_request(tmp_path: Path) -> None:
         [],
     )
     assert settings_under(tmp_path, USE_X_FORWARDED_HOST="true")["USE_X_FORWARDED_HOST"] is True
+
+
+COOKIES = ["SESSION_COOKIE_NAME", "CSRF_COOKIE_NAME", "CACHET_LOGIN_COOKIE_NAME"]
+
+
+def test_the_cookies_are_named_for_the_instance_the_same_in_each_of_its_processes(tmp_path: Path) -> None:
+    """Two Cachets on one host name (cookies ignore ports) had both used Django's ``sessionid`` and ``csrftoken``:
+    a login to one overwrote the other's, and each received the other's login cookie."""
+    ours = settings_under(tmp_path, COOKIES, SECRET_KEY=PRODUCTION_KEY)
+    theirs = settings_under(tmp_path, COOKIES, SECRET_KEY=PRODUCTION_KEY[::-1])
+    assert settings_under(tmp_path, COOKIES, SECRET_KEY=PRODUCTION_KEY) == ours, "the same after a restart"
+    assert re.fullmatch(r"cachet-[0-9a-f]{8}-session", ours["SESSION_COOKIE_NAME"]), ours
+    prefix = ours["SESSION_COOKIE_NAME"].removesuffix("-session")
+    assert ours == {
+        "SESSION_COOKIE_NAME": f"{prefix}-session",
+        "CSRF_COOKIE_NAME": f"{prefix}-csrf",
+        "CACHET_LOGIN_COOKIE_NAME": f"{prefix}-login",
+    }
+    assert not set(ours.values()) & set(theirs.values())
+    assert PRODUCTION_KEY[:8] not in prefix
+    generated = settings_under(tmp_path, COOKIES)
+    assert not (tmp_path / "data").exists(), "a generated key is not made by reading the settings"
+    assert settings_under(tmp_path, COOKIES) == generated
+    assert settings_under(tmp_path / "elsewhere", COOKIES) != generated, "another data folder, another instance"
+    tls = settings_under(tmp_path, COOKIES, SECRET_KEY=PRODUCTION_KEY, CACHET_TLS="1")
+    assert tls == {name: f"__Host-{value}" for name, value in ours.items()}
 
 
 def test_the_channel_layer_crosses_processes_over_postgres_or_redis_and_stays_in_one_only_on_request(

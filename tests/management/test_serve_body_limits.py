@@ -25,6 +25,8 @@ GB = 1024 * MB
 IMPORT_LIMIT = 8 * MB
 FLAT = 50 * MB  # what the server's memory may grow by while it refuses a gigabyte
 EARLY = 64 * MB  # what a client may get sent of a refused gigabyte: the socket buffers' worth, not the body
+A_FEW_MB = 8 * MB  # what a client may get sent of a refused import or attachment
+FLAT_SMALL = 20 * MB  # what the server's memory may grow by while it refuses one
 PASSWORD = "ada-password-1"
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 MULTIPART = {"Content-Type": "multipart/form-data; boundary=cachet"}
@@ -89,15 +91,24 @@ def session(cachet: Served, django_user_model: Any) -> ChatSession:
     return session_start(owner=ada, workspace=workspace, endpoint=endpoint, model_name="scripted", tools=[])
 
 
+def _cookie_header(client: httpx.Client) -> dict[str, str]:
+    return {"Cookie": "; ".join(f"{name}={value}" for name, value in client.cookies.items())}
+
+
 def test_an_import_is_refused_early_past_its_limit_and_taken_under_it(cachet: Served, session: ChatSession) -> None:
     chunks = session_export(owner=session.owner, session_id=session.pk, exported_at=timezone.now())
     assert chunks is not None
     export = "".join(chunks).encode()
+    client = _logged_in(cachet, "ada")
     for chunked in (False, True):
         answer = refused_gigabyte(cachet, "/sessions/import", chunked=chunked, headers=MULTIPART)
         assert answer.status == 413
+        assert answer.body == b"Log in to attach files or import sessions.\n"
+        answer = refused_gigabyte(
+            cachet, "/sessions/import", chunked=chunked, headers={**MULTIPART, **_cookie_header(client)}
+        )
+        assert answer.status == 413
         assert answer.body == b"Too large: an import is at most 8 MB.\n"
-    client = _logged_in(cachet, "ada")
     token = _token(client.get("/").text)
 
     def imported(size: int) -> httpx.Response:
@@ -143,6 +154,66 @@ def test_logins_and_forms_work_as_before(cachet: Served, session: ChatSession) -
     added = admin.post(add, data={**fields, "csrfmiddlewaretoken": _token(admin.get(add).text), "_save": "Save"})
     assert added.status_code == 302, added.text
     assert ModelEndpoint.objects.filter(name="second", context_window=4096).exists()
+
+
+@pytest.fixture(scope="module")
+def as_shipped(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """Cachet with the limits it ships with: imports of 64 MB, attachments of 20 MB."""
+    with served(tmp_path_factory.mktemp("serve-shipped-limits")) as running:
+        yield running
+
+
+def refused_early(cachet: Served, path: str, size: int, *, chunked: bool) -> Answer:
+    """``size`` bytes streamed to ``path`` without a login, checked to be refused after a few MB, memory flat."""
+    cachet.reset_peak()
+    before = cachet.memory()
+    answer = streamed_post(cachet.url, path, blocks(size), length=None if chunked else size, headers=MULTIPART)
+    after = cachet.memory()
+    print(
+        f"{path} {size / MB:.0f} MB {'chunked' if chunked else 'Content-Length'}: {answer.status} after "
+        f"{answer.sent / MB:.1f} MB sent; VmRSS {before.rss / MB:.1f} -> {after.rss / MB:.1f} MB, "
+        f"VmHWM {before.peak / MB:.1f} -> {after.peak / MB:.1f} MB"
+    )
+    assert answer.sent < A_FEW_MB, f"{answer.sent / MB:.1f} MB of {size / MB:.0f} MB sent: the body was read"
+    assert after.peak - before.rss < FLAT_SMALL and after.rss - before.rss < FLAT_SMALL, cachet.output()[-2000:]
+    return answer
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_without_a_login_a_large_import_or_attachment_is_refused_before_it_is_read(
+    as_shipped: Served, chunked: bool
+) -> None:
+    """Import and Attach took 64 MB and 20 MB from anyone, read before the login and CSRF checks: eight anonymous
+    60 MB imports at once took a server from 114 to 235 MB."""
+    for path, size in (("/sessions/import", 60 * MB), ("/sessions/1/attach", 20 * MB), ("/sessions/new", 20 * MB)):
+        answer = refused_early(as_shipped, path, size, chunked=chunked)
+        assert (answer.status, answer.body) == (413, b"Log in to attach files or import sessions.\n"), path
+    assert httpx.get(as_shipped.url + "/login/").status_code == 200, "and it goes on serving"
+
+
+def test_a_logged_in_persons_30_mb_import_is_read(as_shipped: Served, django_user_model: Any) -> None:
+    ada = django_user_model.objects.create_user(username="ada", password=None)
+    give_shipped_password(ada, PASSWORD)
+    folder = as_shipped.data / "workspaces" / "team"
+    folder.mkdir(parents=True, exist_ok=True)
+    workspace = Workspace.objects.create(name="team", folder=str(folder))
+    workspace.members.add(ada)
+    endpoint = ModelEndpoint.objects.create(name="local", base_url="http://127.0.0.1:9/v1", model="scripted")
+    session = session_start(owner=ada, workspace=workspace, endpoint=endpoint, model_name="scripted", tools=[])
+    chunks = session_export(owner=ada, session_id=session.pk, exported_at=timezone.now())
+    assert chunks is not None
+    export = "".join(chunks).encode()
+    client = _logged_in(as_shipped, "ada")
+    token = _token(client.get("/").text)
+    raw = export + b" " * (30 * MB - len(export))
+    taken = client.post(
+        "/sessions/import",
+        data={"workspace": workspace.pk, "csrfmiddlewaretoken": token},
+        files={"file": ("export.json", raw, "application/json")},
+    )
+    assert taken.status_code == 302, taken.text
+    copy = ChatSession.objects.exclude(pk=session.pk).get()
+    assert taken.headers["Location"] == f"/sessions/{copy.pk}/"
 
 
 def test_daphne_starts_without_its_http2_notice(cachet: Served) -> None:

@@ -18,13 +18,14 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.test import Client
 
 from cachet.asgi import application
 from chat.web import jobs
 from chat.web.messages import MESSAGE_LIMIT
 from chat.web.publisher import MESSAGE_TYPE, Relay, session_group
-from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Turn, TurnStatus
+from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Turn, TurnStatus, Workspace
 from testing.scripted_server import ScriptedServer, Step
 from tests.worker_kit import running_worker
 
@@ -36,7 +37,7 @@ LONG = " ".join(f"w{n}" for n in range(150))
 def cookie_for(user: Any) -> str:
     client = Client()
     client.force_login(user)
-    return client.cookies["sessionid"].value
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
 
 
 @pytest.fixture
@@ -108,7 +109,7 @@ class Got:
 def socket(session_id: int, cookie: str | None, *, origin: str = "http://127.0.0.1:8000") -> WebsocketCommunicator:
     headers = [(b"origin", origin.encode()), (b"host", b"127.0.0.1:8000")]
     if cookie:
-        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
     return WebsocketCommunicator(application, f"/ws/sessions/{session_id}/", headers=headers)
 
 
@@ -742,6 +743,7 @@ async def test_the_model_is_not_changed_while_a_reply_runs_nor_by_a_wrong_messag
 
 def _remove_from_workspace(session: ChatSession, member: Any) -> None:
     """Staff make ``member`` the workspace's one member: the session's owner may no longer use it."""
+    Workspace.objects.filter(pk=session.workspace_id).update(open_to_everyone=False)
     session.workspace.members.add(member)
 
 

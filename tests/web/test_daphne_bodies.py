@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from django.conf import settings
 from twisted.internet.testing import StringTransport
 from twisted.web.http import HTTPChannel
 
+from cachet.login_mark import login_mark
 from chat.web.daphne_bodies import LimitedRequest
 
 MB = 1024 * 1024
@@ -98,15 +100,37 @@ def test_chunks_past_the_limit_are_answered_413_as_they_pass_it(connection: Conn
     assert connection.server.scopes == [], "a refused request never reaches the application"
 
 
-def test_the_import_takes_its_own_limit_by_the_request_line(connection: Connection) -> None:
+def login_cookie(session_key: str = "k" * 32) -> bytes:
+    """A ``Cookie`` header line of a login: its session cookie and its mark (:mod:`cachet.login_mark`)."""
+    mark = login_mark(session_key)
+    cookies = f"{settings.SESSION_COOKIE_NAME}={session_key}; {settings.CACHET_LOGIN_COOKIE_NAME}={mark}"
+    return f"Cookie: {cookies}\r\n".encode()
+
+
+def test_the_import_takes_its_own_limit_by_the_request_line_from_a_login(connection: Connection) -> None:
     body = b"x" * (2 * MB)
     connection.send(
-        b"POST /sessions/%%69mport?next=/ HTTP/1.1\r\nHost: cachet\r\nContent-Length: %d\r\n\r\n" % len(body)
+        b"POST /sessions/%%69mport?next=/ HTTP/1.1\r\nHost: cachet\r\n%bContent-Length: %d\r\n\r\n"
+        % (login_cookie(), len(body))
     )
     connection.send(body)
     assert connection.transport.value() == b""
     assert [scope["path"] for scope in connection.server.scopes] == ["/sessions/import"]
     assert connection.body == body
+
+
+@pytest.mark.parametrize("cookies", ["none", "others", "a cut mark"])
+@pytest.mark.parametrize("path", [b"/sessions/import", b"/sessions/3/attach"])
+def test_without_a_login_the_import_and_attach_take_the_ordinary_limit(
+    connection: Connection, cookies: str, path: bytes
+) -> None:
+    cookie = {"none": b"", "others": b"Cookie: a=1\r\n", "a cut mark": login_cookie()[:-20] + b"\r\n"}[cookies]
+    connection.send(b"POST %b HTTP/1.1\r\nHost: cachet\r\n%bContent-Length: %d\r\n\r\n" % (path, cookie, 60 * MB))
+    answer = connection.transport.value()
+    assert answer.startswith(REFUSED), answer
+    assert answer.endswith(b"\r\n\r\nLog in to attach files or import sessions.\n")
+    assert connection.transport.disconnecting
+    assert connection.server.scopes == []
 
 
 def test_a_body_within_the_limit_reaches_the_application_whole_and_unparsed(connection: Connection) -> None:

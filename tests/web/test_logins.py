@@ -12,6 +12,7 @@ import pytest
 from axes.models import AccessAttempt, AccessFailureLog
 from channels.db import database_sync_to_async
 from channels.testing import ApplicationCommunicator
+from django.conf import settings
 from django.core.cache import cache
 from django.core.management import call_command
 from django.test import Client, RequestFactory, override_settings
@@ -191,7 +192,7 @@ async def test_the_asgi_app_takes_the_address_from_the_connection_not_from_heade
     headers = [
         (b"content-type", b"application/x-www-form-urlencoded"),
         (b"x-forwarded-for", b"6.6.6.6"),
-        (b"cookie", b"csrftoken=" + b"a" * 32),
+        (b"cookie", settings.CSRF_COOKIE_NAME.encode() + b"=" + b"a" * 32),
         (b"x-csrftoken", b"a" * 32),
     ]
     start = await _asgi_post("/login/", body, client=("192.168.1.55", 40000), headers=headers)
@@ -224,7 +225,7 @@ async def test_a_refused_login_is_answered_late_without_holding_up_anyone(
     monkeypatch.setattr(logins_module, "asyncio", proxy)
     settings.CACHET_LOGIN_IP_FAILURES_PER_MINUTE = 1
     await database_sync_to_async(cache.set)("cachet:login-failures:192.168.1.66", 1, 60)
-    token = [(b"cookie", b"csrftoken=" + b"a" * 32), (b"x-csrftoken", b"a" * 32)]
+    token = [(b"cookie", settings.CSRF_COOKIE_NAME.encode() + b"=" + b"a" * 32), (b"x-csrftoken", b"a" * 32)]
     form = [(b"content-type", b"application/x-www-form-urlencoded"), *token]
     finished: list[str] = []
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.test import Client
 
 from cachet.asgi import application
@@ -13,6 +14,10 @@ from cachet.converters import MAX_ID
 from sessions_app.models import ChatSession
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+
+def login_cookie(client: Client) -> str:
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
 
 
 async def handshake(path: str, cookie: str, *, hello: bool = False) -> list[dict[str, Any]]:
@@ -52,7 +57,7 @@ async def handshake(path: str, cookie: str, *, hello: bool = False) -> list[dict
 async def test_any_other_path_is_accepted_then_closed_with_4404(path: str, user: Any) -> None:
     client = Client()
     await client.aforce_login(user)
-    messages = await handshake(path, f"sessionid={client.cookies['sessionid'].value}")
+    messages = await handshake(path, login_cookie(client))
     assert messages[0]["type"] == "websocket.accept"
     assert messages[1] == {"type": "websocket.close", "code": 4404}
 
@@ -60,8 +65,6 @@ async def test_any_other_path_is_accepted_then_closed_with_4404(path: str, user:
 async def test_the_session_route_still_connects(chat_session: ChatSession, user: Any) -> None:
     client = Client()
     await client.aforce_login(user)
-    accept, first = await handshake(
-        f"/ws/sessions/{chat_session.pk}/", f"sessionid={client.cookies['sessionid'].value}", hello=True
-    )
+    accept, first = await handshake(f"/ws/sessions/{chat_session.pk}/", login_cookie(client), hello=True)
     assert accept["type"] == "websocket.accept"
     assert '"id":"controls"' in first["text"]

@@ -289,6 +289,7 @@ def test_a_session_whose_workspace_its_owner_was_removed_from_reads_but_is_read_
     chatted(live_session, model)
     before = ada.get(f"/sessions/{live_session.pk}/").content.decode()
     assert 'id="composer"' in before and "read-only" not in before
+    Workspace.objects.filter(pk=live_session.workspace_id).update(open_to_everyone=False)
     live_session.workspace.members.add(other_user)
     response = ada.get(f"/sessions/{live_session.pk}/")
     html = response.content.decode()
