@@ -36,6 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from testing.safe_git import git_argv, git_env  # noqa: E402
+
 BEFORE = "899c26a"
 TARGET = 1354
 MODES = ("edit", "full")
@@ -118,7 +120,10 @@ def count(body: dict[str, Any]) -> Count:
 
 def _prompts_at(revision: str, folder: Path) -> Path:
     archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", revision, "prompts"], check=True, capture_output=True
+        git_argv("-C", str(ROOT), "archive", "--format=tar", revision, "prompts"),
+        check=True,
+        capture_output=True,
+        env=git_env(),
     ).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")

@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from chat.agent import model  # noqa: E402
+from testing.safe_git import git_argv, git_env  # noqa: E402
 
 BODY = json.dumps({"model": "scripted", "stream": True, "messages": [{"role": "user", "content": "Go on."}]}).encode()
 TIMEOUTS = {"connect": 5.0, "first_token": 60.0, "between_chunks": 60.0}
@@ -50,7 +51,7 @@ TIMEOUTS = {"connect": 5.0, "first_token": 60.0, "between_chunks": 60.0}
 def _old_client(ref: str) -> ModuleType | None:
     """The model client module as it was at ``ref``, or ``None`` where git cannot show it."""
     shown = subprocess.run(
-        ["git", "show", f"{ref}:chat/agent/model_client.py"], cwd=ROOT, capture_output=True, check=False
+        git_argv("show", f"{ref}:chat/agent/model_client.py"), cwd=ROOT, capture_output=True, check=False, env=git_env()
     )
     if shown.returncode != 0:
         return None

@@ -79,7 +79,6 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 # Git as Cachet runs it anywhere: no hooks, no fsmonitor, no pager named by a repository's own config.
-GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.pager=cat"]
 OLD_COMMIT = "da8fbd3"
 PIECES = 100
 PIECE_DELAY = 0.02  # 50 pieces a second
@@ -233,6 +232,7 @@ def build(spec_file: Path) -> None:
     spec = json.loads(spec_file.read_text())
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cachet.settings")
     django.setup()
+    from django.conf import settings
     from django.core.management import call_command
     from django.test import Client
 
@@ -374,7 +374,7 @@ def build(spec_file: Path) -> None:
         json.dumps(
             {
                 "gap_read_ms": [seconds * 1000 for seconds in gap_reads],
-                "cookie": client.cookies["sessionid"].value,
+                "cookie": f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}",
                 "sized": sized,
                 "streaming": streaming,
                 "read_ms": statistics.median(read_seconds) * 1000 if read_seconds else 0.0,
@@ -432,7 +432,7 @@ class Tab:
             (
                 f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                 f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nOrigin: http://127.0.0.1:{port}\r\n"
-                f"Cookie: sessionid={cookie}\r\n\r\n"
+                f"Cookie: {cookie}\r\n\r\n"
             ).encode()
         )
         try:
@@ -690,6 +690,7 @@ class Side:
 
     @property
     def cookie(self) -> str:
+        """The login's ``Cookie`` header: the side's session cookie, under its own name."""
         return str(self.built["cookie"])
 
 
@@ -743,7 +744,7 @@ def measure_page(side: Side, session_id: int, loads: int = 3) -> PageFigure:
             Path(f"/proc/{side.pid}/clear_refs").write_text("5")
         cpu_before = _cpu_seconds(side.pid)
         started = time.perf_counter()
-        response = httpx.get(url, cookies={"sessionid": side.cookie}, timeout=600)
+        response = httpx.get(url, headers={"Cookie": side.cookie}, timeout=600)
         seconds.append(time.perf_counter() - started)
         cpu.append(_cpu_seconds(side.pid) - cpu_before)
         memory = max(memory, (_rss_kb(side.pid, "VmHWM") - before) / 1024)
@@ -1100,15 +1101,24 @@ def _write_workspace(folder: Path) -> None:
 
 @contextlib.contextmanager
 def _old_tree(base: Path) -> Iterator[Path]:
+    sys.path.insert(0, str(ROOT))
+    from testing.safe_git import git_argv, git_env
+
     tree = base / "old-tree"
     subprocess.run(
-        [*GIT, "-C", str(ROOT), "worktree", "add", "--detach", str(tree), OLD_COMMIT], check=True, capture_output=True
+        git_argv("-C", str(ROOT), "worktree", "add", "--detach", str(tree), OLD_COMMIT),
+        check=True,
+        capture_output=True,
+        env=git_env(),
     )
     try:
         yield tree
     finally:
         subprocess.run(
-            [*GIT, "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False, capture_output=True
+            git_argv("-C", str(ROOT), "worktree", "remove", "--force", str(tree)),
+            check=False,
+            capture_output=True,
+            env=git_env(),
         )
 
 

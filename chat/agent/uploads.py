@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from chat.agent.workspace import workspace_context
 from chat.tools.errors import ToolError
-from chat.tools.paths import Root
+from chat.tools.paths import Resolved, Root
 from chat.tools.quota import commit_within_quota
 from chat.tools.writes import PendingWrite, check_parent
 from sessions_app.models import ChatSession
@@ -86,10 +86,10 @@ def upload_write(
     path = posixpath.join(safe_folder(folder), safe_name(name)) if folder.strip() else safe_name(name)
     try:
         with Root(ctx) as root:
-            target = root.resolve(path)
+            target = _unlinked(root, path)
             if target.kind != "missing" and keep_both:
                 path = _free(root, path)
-                target = root.resolve(path)
+                target = _unlinked(root, path)
             if target.kind in ("folder", "other"):
                 raise UploadRefused(f"{path} is not a file in the workspace; give the file another name.")
             original: bytes | None = None
@@ -99,12 +99,22 @@ def upload_write(
                 with root.open_file(target) as handle:
                     original = handle.read()
             check_parent(target, ctx)
-            commit_within_quota([PendingWrite(target, data, original)], ctx)
+            commit_within_quota([PendingWrite(target, data, original)], ctx, root)
     except ToolError as error:
         raise UploadRefused(error.message) from None
     except OSError as error:
         raise UploadRefused(f"{path} could not be written: {os.strerror(error.errno or 0)}.") from None
     return Written(path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest(), replaced=original is not None)
+
+
+def _unlinked(root: Root, path: str) -> Resolved:
+    """Where ``path`` (made safe, relative) leads, refused where a symbolic link stands on the way or is the file
+    itself: an attachment is written at the name it shows, never through a link to somewhere else."""
+    target = root.resolve(path)
+    if target.path != os.path.join(root.path, path):
+        root.release(target)
+        raise UploadRefused(f"{path} is a symbolic link or lies behind one; attachments are never written through one.")
+    return target
 
 
 def _free(root: Root, path: str) -> str:
@@ -121,14 +131,14 @@ def upload_unwrite(session: ChatSession, *, path: str, sha256: str) -> bool:
     ctx = workspace_context(session)
     try:
         with Root(ctx) as root:
-            target = root.resolve(path)
+            target = _unlinked(root, path)
             if target.kind != "file":
                 return False
             with root.open_file(target) as handle:
                 data = handle.read()
             if hashlib.sha256(data).hexdigest() != sha256:
                 return False
-            commit_within_quota([PendingWrite(target, None, data)], ctx)
-    except (ToolError, OSError):
+            commit_within_quota([PendingWrite(target, None, data)], ctx, root)
+    except (ToolError, UploadRefused, OSError):
         return False
     return True

@@ -15,19 +15,22 @@ from django.db import connection
 from chat.tools import Sandbox, ToolContext, ToolError, listed_names
 from chat.tools.context import never_cancelled
 from chat.tools.paths import Resolved, Root, is_inside
-from chat.tools.sandbox import closed_on_the_way, command_identity, give_to_commands
-from chat.tools.writes import PendingWrite, commit
+from chat.tools.quota import commit_within_quota
+from chat.tools.sandbox import closed_on_the_way, command_identity, give_to_commands, open_to_commands
+from chat.tools.writes import PendingWrite
 from sessions_app import prompts
 from sessions_app.hygiene import PriorResult, format_id, last_seen_sha
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import ChatSession, Result, Workspace
-from sessions_app.selectors.sessions import current_generation, stored_full_text
+from sessions_app.selectors.sessions import current_generation, stored_full_text, workspace_roots_for
 
 INSTRUCTIONS_FILE = "AGENTS.md"
 
 
 def workspace_root(session: ChatSession) -> Path:
-    return Path(session.workspace.folder).resolve()
+    """The workspace's folder as stored (resolved when it was set); never resolved again, so a folder swapped
+    for a symbolic link is refused when an action opens it (``chat.tools.paths.open_workspace``), not followed."""
+    return Path(session.workspace.folder)
 
 
 def workspace_context(session: ChatSession, *, config: ContextConfig | None = None) -> ToolContext:
@@ -49,6 +52,7 @@ def workspace_context(session: ChatSession, *, config: ContextConfig | None = No
         allow_network=session.workspace.allow_network,
         sandbox=sandbox_settings(),
         disk_quota=session.workspace.disk_quota_bytes,
+        roots=workspace_roots_for(workspace=session.workspace),
     )
 
 
@@ -71,8 +75,9 @@ def sandbox_settings() -> Sandbox:
 
 def commands_folder_line(workspace: Workspace) -> str | None:
     """Where Cachet runs as root, at start: a workspace folder Cachet keeps (under its data folder) is given to
-    the user commands run as, and said so once; for any other folder of a workspace that allows commands, a
-    warning where that user cannot reach or write it. ``None`` where there is nothing to say."""
+    the user commands run as, and said so once; any other folder of a workspace that allows commands that user
+    may not write is opened to it with ACLs (ownership unchanged), and said so; a warning where that user cannot
+    reach it or the file system keeps no ACLs. ``None`` where there is nothing to say."""
     sandbox, config = sandbox_settings(), prompts.rules_config()
     folder = str(Path(workspace.folder).resolve())
     try:
@@ -85,16 +90,25 @@ def commands_folder_line(workspace: Workspace) -> str | None:
             return f"Workspace {workspace.name}: gave {folder} to {identity.user}, the user its commands run as."
         if kept or not workspace.allow_commands:
             return None
-        closed = closed_on_the_way(folder, identity)
+        closed = closed_on_the_way(os.path.dirname(folder), identity)
+        if closed is None:
+            fd = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                granted = open_to_commands(fd, folder, identity, sandbox, config)
+            finally:
+                os.close(fd)
+            if granted:
+                return (
+                    f"Workspace {workspace.name}: commands run as {identity.user}; gave it access to {folder} with "
+                    "ACLs (ownership unchanged)."
+                )
+            closed = closed_on_the_way(folder, identity)
         if closed is not None:
             return f"Workspace {workspace.name}: commands run as {identity.user}, who may not enter {closed}."
-        if os.stat(folder).st_uid != identity.uid:
-            return (
-                f"Workspace {workspace.name}: commands run as {identity.user}, who does not own {folder}; they "
-                f"change only what that user may (chown -R {identity.user}: {folder} to let them change all)."
-            )
     except ToolError as error:
         return f"Workspace {workspace.name}: {error.message}"
+    except OSError as error:
+        return f"Workspace {workspace.name}: {folder}: {error.strerror}"
     return None
 
 
@@ -116,9 +130,9 @@ def tool_context(
 def read_instructions(session: ChatSession) -> str | None:
     """The workspace's ``AGENTS.md`` when it is a text file inside the workspace, else ``None``."""
     try:
-        with Root(path=str(workspace_root(session))) as root:
+        with Root(workspace_context(session)) as root:
             handle = root.open_file(root.resolve(INSTRUCTIONS_FILE))
-    except (ToolError, FileNotFoundError, NotADirectoryError):
+    except (ToolError, OSError):
         return None
     with handle:
         data = handle.read()
@@ -149,11 +163,13 @@ def restore_files(session: ChatSession, edits: list[Result]) -> RestoreReport:
     """Undo the file changes of taken-back edits, newest first, where a file still has what the edit left."""
     restored: list[str] = []
     conflicts: list[str] = []
+    ctx = workspace_context(session)
     try:
-        root = Root(workspace_context(session))
-    except OSError as error:
+        root = Root(ctx)
+    except (OSError, ToolError) as error:
+        why = error.message if isinstance(error, ToolError) else error.strerror
         paths = [change["abs_path"] for edit in edits for change in edit.changed_files]
-        return RestoreReport(restored=[], conflicts=[f"{path}: {error.strerror}; left as it is" for path in paths])
+        return RestoreReport(restored=[], conflicts=[f"{path}: {why}; left as it is" for path in paths])
     with root:
         for edit in edits:
             for change in reversed(edit.changed_files):
@@ -168,12 +184,17 @@ def restore_files(session: ChatSession, edits: list[Result]) -> RestoreReport:
                     conflicts.append(f"{path}: changed since {edit_id(edit)}; left as it is")
                     continue
                 if change["action"] == "create":
-                    commit([PendingWrite(target, None, data, mode)])
+                    write = PendingWrite(target, None, data, mode)
                 elif change["previous_text"] is None:
                     conflicts.append(f"{path}: the earlier content was not stored; left as it is")
                     continue
                 else:
-                    commit([PendingWrite(target, change["previous_text"].encode("utf-8"), data, mode)])
+                    write = PendingWrite(target, change["previous_text"].encode("utf-8"), data, mode)
+                try:
+                    commit_within_quota([write], ctx, root)
+                except ToolError as error:  # a git folder, or past the disk quota
+                    conflicts.append(f"{path}: {error.message.removeprefix('Refused: ')}; left as it is")
+                    continue
                 restored.append(path)
     return RestoreReport(restored=restored, conflicts=conflicts)
 

@@ -35,8 +35,9 @@ class Sandbox:
 class ToolContext:
     """The session's side of a tool call. ``root`` is the workspace folder, already resolved; ``tools`` the
     names of the tools the session lists (fixed when it started); ``allow_commands`` whether the workspace
-    allows commands now; ``disk_quota`` the bytes the workspace may hold (``None``: no quota). A tool that can
-    run long (``grep``, ``run``) polls ``cancelled`` and ends when it turns true (Stop)."""
+    allows commands now; ``disk_quota`` the bytes the workspace may hold (``None``: no quota); ``roots`` the
+    folders the workspace must still lie under when a call opens it (``None``: anywhere, for a folder named from a
+    shell). A tool that can run long (``grep``, ``run``) polls ``cancelled`` and ends when it turns true (Stop)."""
 
     root: Path
     config: ContextConfig
@@ -54,3 +55,4 @@ class ToolContext:
     allow_network: bool = False
     sandbox: Sandbox = field(default_factory=Sandbox)
     disk_quota: int | None = None
+    roots: tuple[str, ...] | None = None

@@ -54,11 +54,11 @@ def write(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
             current = load_existing(root, target, ctx)
             change, pending = update(given, current, content, ctx)
             if content != current.text:
-                commit_within_quota([pending], ctx)
+                commit_within_quota([pending], ctx, root)
             return EditOutcome((change,))
         check_parent(target, ctx)
         change, pending = create(given, target, content, ctx)
-        commit_within_quota([pending], ctx)
+        commit_within_quota([pending], ctx, root)
     return EditOutcome((change,))
 
 
@@ -102,7 +102,7 @@ def _apply(given: str, replacements: Sequence[Replacement], ctx: ToolContext, *,
             current = load_existing(root, target, ctx)
             text = _replace_all_of(current.text, replacements, current.path, config, numbered=numbered, start=1)
             change, pending = update(given, current, text, ctx)
-        commit_within_quota([pending], ctx)
+        commit_within_quota([pending], ctx, root)
     return EditOutcome((change,))
 
 

@@ -34,7 +34,7 @@ def apply_patch(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
             for change, pending in _plan(root, op, target, touched, ctx):
                 changes.append(change)
                 writes.append(pending)
-        commit_within_quota(writes, ctx)
+        commit_within_quota(writes, ctx, root)
     return EditOutcome(tuple(changes), several=len(changes) > 1)
 
 

@@ -71,8 +71,44 @@ _MISSING_ERRORS = (errno.ENOENT, errno.ENOTDIR)
 
 
 def workspace_root(ctx: ToolContext) -> str:
-    """The workspace folder as a resolved absolute path."""
-    return os.path.realpath(ctx.root)
+    """The workspace folder as an absolute path, as stored (resolved when it was set)."""
+    return os.path.normpath(os.path.abspath(ctx.root))
+
+
+def open_workspace(folder: str, *, roots: tuple[str, ...] | None, config: ContextConfig | None = None) -> int:
+    """The workspace folder's ``O_PATH`` descriptor, opened once for an action: walked from ``/`` one component at
+    a time without following a link, so that a folder on the way swapped for a symbolic link is refused, never
+    followed; and refused where it no longer lies under one of ``roots`` (``None``: anywhere)."""
+    if roots is not None and not any(is_inside(folder, root) for root in roots):
+        raise _workspace_error(config, "workspace_outside_roots", folder=folder, roots=", ".join(roots) or "none")
+    fd = os.open("/", FOLDER_FLAGS)
+    walked = "/"
+    try:
+        for name in (part for part in folder.split("/") if part):
+            walked = os.path.join(walked, name)
+            try:
+                child = os.open(name, FOLDER_FLAGS, dir_fd=fd)
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, name):
+                    raise _workspace_error(config, "workspace_link", folder=folder, link=walked) from None
+                raise named(error, walked) from None
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_link(folder_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _workspace_error(config: ContextConfig | None, key: str, **values: str) -> ToolError:
+    return ToolError(config.error(key, **values) if config is not None else key)
 
 
 def is_inside(path: str, root: str) -> bool:
@@ -127,10 +163,13 @@ class Root:
         self.path = workspace_root(ctx) if ctx is not None else os.path.realpath(path or ".")
         self.config: ContextConfig | None = ctx.config if ctx is not None else None
         self._owned: set[int] = set()
-        try:
-            self.fd = os.open(self.path, FOLDER_FLAGS & ~os.O_NOFOLLOW)
-        except OSError as error:
-            raise named(error, self.path) from None
+        if ctx is None:
+            try:
+                self.fd = os.open(self.path, FOLDER_FLAGS & ~os.O_NOFOLLOW)
+            except OSError as error:
+                raise named(error, self.path) from None
+        else:
+            self.fd = open_workspace(self.path, roots=ctx.roots, config=ctx.config)
 
     def __enter__(self) -> Root:
         return self

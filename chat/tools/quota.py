@@ -1,15 +1,15 @@
 """A workspace's disk quota: what its files take on disk, measured by walking it as ``du`` does.
 
-Checked before every write of Cachet's own file tools (with the growth the write brings) and before a command
-runs; while a command runs, ``run`` measures again every ``WATCH_EVERY`` seconds (or ten times as long as a
-measurement takes, whichever is longer) and stops the command once the workspace passes its quota. A measure is
-kept ``KEEP_SECONDS`` for the file tools, with their own writes added to it.
+Checked before every write of Cachet's own file tools, attachments and restores (with the growth the write
+brings; a write that frees space always goes). A command gets the space left as the most any file it writes may
+hold (``run``), and while it runs ``run`` measures again every ``WATCH_EVERY`` seconds (or ten times as long as a
+measurement takes, whichever is longer) and stops it once the workspace passes its quota (or what it held at the
+start, where that was more). A measure is kept ``KEEP_SECONDS`` for the file tools, with their own writes added.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import threading
 import time
 from collections.abc import Sequence
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from .context import ToolContext
 from .errors import ToolError, shown
+from .paths import Root
+from .survey import GIT, survey
 from .writes import PendingWrite, commit
 
 KEEP_SECONDS = 10.0
@@ -27,51 +29,34 @@ _lock = threading.Lock()
 _kept: dict[str, tuple[int, float]] = {}
 
 
-def disk_usage(root: str) -> int:
-    """Bytes the files and folders under ``root`` take on disk, a hard-linked file once; links not followed."""
-    total = 0
-    seen: set[tuple[int, int]] = set()
-    folders = [root]
-    while folders:
-        folder = folders.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
-                key = (info.st_dev, info.st_ino)
-                if key in seen:
-                    continue
-                seen.add(key)
-            total += info.st_blocks * 512
-            if stat.S_ISDIR(info.st_mode):
-                folders.append(entry.path)
-    return total
+def disk_usage(folder_fd: int) -> int:
+    """Bytes the files and folders below the folder open as ``folder_fd`` take on disk, a hard-linked file once;
+    links not followed."""
+    return survey(folder_fd).used
 
 
-def measured(root: str, *, fresh: bool = False) -> int:
+def measured(root: Root, *, fresh: bool = False) -> int:
     """The workspace's usage, measured again when ``fresh`` or when the kept measure is old."""
     now = time.monotonic()
     with _lock:
-        kept = _kept.get(root)
+        kept = _kept.get(root.path)
     if kept is not None and not fresh and now - kept[1] < KEEP_SECONDS:
         return kept[0]
-    used = disk_usage(root)
+    return keep(root.path, disk_usage(root.fd))
+
+
+def keep(path: str, used: int) -> int:
+    """Keep ``used`` as the workspace's usage measured now (a walk made for something else measured it too)."""
     with _lock:
-        _kept[root] = (used, time.monotonic())
+        _kept[path] = (used, time.monotonic())
     return used
 
 
-def _grown(root: str, growth: int) -> None:
+def _grown(path: str, growth: int) -> None:
     with _lock:
-        kept = _kept.get(root)
+        kept = _kept.get(path)
         if kept is not None:
-            _kept[root] = (max(0, kept[0] + growth), kept[1])
+            _kept[path] = (max(0, kept[0] + growth), kept[1])
 
 
 def size_text(count: int) -> str:
@@ -85,22 +70,12 @@ def size_text(count: int) -> str:
     raise AssertionError("unreachable")
 
 
-def refuse_when_full(ctx: ToolContext) -> None:
-    """``ToolError`` where the workspace already holds more than its quota (measured now)."""
-    if ctx.disk_quota is None:
-        return
-    root = os.path.realpath(ctx.root)
-    used = measured(root, fresh=True)
-    if used > ctx.disk_quota:
-        raise ToolError(ctx.config.error("disk_quota_full", used=size_text(used), quota=size_text(ctx.disk_quota)))
-
-
-def check_writes(writes: Sequence[PendingWrite], ctx: ToolContext) -> int:
-    """The bytes ``writes`` add to the workspace; ``ToolError`` where that takes it past its quota."""
+def check_writes(writes: Sequence[PendingWrite], ctx: ToolContext, root: Root) -> int:
+    """The bytes ``writes`` add to the workspace; ``ToolError`` where that takes it past its quota. A write that
+    frees space is never refused, over the quota or not."""
     growth = sum(len(write.data or b"") - len(write.original or b"") for write in writes)
     if ctx.disk_quota is None or growth <= 0:
         return growth
-    root = os.path.realpath(ctx.root)
     used = measured(root)
     if used + growth > ctx.disk_quota:
         path = shown(writes[0].path) if len(writes) == 1 else f"{len(writes)} files"
@@ -112,20 +87,32 @@ def check_writes(writes: Sequence[PendingWrite], ctx: ToolContext) -> int:
     return growth
 
 
-def commit_within_quota(writes: Sequence[PendingWrite], ctx: ToolContext) -> None:
-    """``writes.commit`` where the workspace's quota has room for them, else ``ToolError`` and nothing written."""
-    growth = check_writes(writes, ctx)
+def commit_within_quota(writes: Sequence[PendingWrite], ctx: ToolContext, root: Root) -> None:
+    """``writes.commit`` where none of them is in a git folder and the workspace's quota has room for them, else
+    ``ToolError`` and nothing written. Every write of the file tools, attachments and restores comes here."""
+    refuse_git_paths(writes, ctx, root)
+    growth = check_writes(writes, ctx, root)
     commit(writes)
     if ctx.disk_quota is not None:
-        _grown(os.path.realpath(ctx.root), growth)
+        _grown(root.path, growth)
+
+
+def refuse_git_paths(writes: Sequence[PendingWrite], ctx: ToolContext, root: Root) -> None:
+    """``ToolError`` where a write's path (as resolved, links followed) has a ``.git`` component below the
+    workspace: the model never changes what git on the host reads as configuration or runs."""
+    for write in writes:
+        below = os.path.relpath(write.path, root.path).split(os.sep)
+        if any(part.lower() == GIT for part in below):
+            raise ToolError(ctx.config.error("git_path", path=shown(write.path)))
 
 
 @dataclass
 class Watch:
-    """Measures a workspace while a command runs: ``due`` says when, ``over`` whether it passed its quota."""
+    """Measures a workspace while a command runs: ``due`` says when, ``over`` whether it passed ``limit`` (its
+    quota, or what it held at the start where that was more: a command that only frees space goes on)."""
 
-    root: str
-    quota: int
+    root: Root
+    limit: int
     next_at: float = 0.0
     used: int = 0
 
@@ -137,4 +124,4 @@ class Watch:
         self.used = measured(self.root, fresh=True)
         took = time.monotonic() - started
         self.next_at = time.monotonic() + max(WATCH_EVERY, WATCH_FACTOR * took)
-        return self.used > self.quota
+        return self.used > self.limit

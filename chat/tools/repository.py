@@ -1,16 +1,22 @@
-"""What of a git repository in the workspace a command may not change: what git on the host reads as code.
+"""What of a workspace's git repositories a command may not change: everything git on the host reads as its
+configuration or runs.
 
-A command can write the workspace, and a repository's ``.git/config`` (``core.fsmonitor``, ``core.pager``,
-filters, aliases), its hooks, and a ``.git`` file's ``gitdir:`` line all make git run programs. Someone who
-runs ``git status`` in the folder on the host would run what a command put there, outside the sandbox. So,
-for the repository at the workspace's top (and its submodules' git folders under ``.git/modules``), these
-are bound read-only into the sandbox: ``config``, ``hooks`` (made, empty, where missing, so that none can be
-added), the folder ``core.hooksPath`` names and the files ``include.path`` names where they lie inside the
-workspace, and a ``.git`` file. A symbolic link among them would let a command point it elsewhere, so ``run``
-refuses such a workspace and says which.
+A command can write the workspace, and git runs programs that a repository names: ``core.fsmonitor``,
+``core.pager``, ``core.sshCommand``, filters and aliases in its config, its hooks, a ``commondir`` or a ``.git``
+file that points git at another folder's config, and files its config includes. Someone who runs ``git status``
+in the folder on the host would run what a command put there, outside the sandbox. So:
 
-Every entry is opened from the workspace's descriptor one component at a time without following a link, and
-handed to bubblewrap as a descriptor; nothing is resolved by name twice.
+- every ``.git`` of the workspace (folder or file, at any depth, as :mod:`.survey` finds them) is bound
+  read-only into the sandbox, its ``commondir``, ``worktrees/``, ``modules/`` and ``info/`` with it;
+- every folder on the way to one, from the workspace down, is bound onto itself: a mount point cannot be
+  renamed, removed or replaced, so no command can move a repository aside and put another ``.git`` in its place;
+- what a repository's configuration names inside the workspace (a hooks folder, an included file, a program
+  it runs), and a git folder that a ``.git`` file or a ``commondir`` points to inside it, are read-only too.
+
+A symbolic link among what git reads as code (a ``.git``, a config, ``hooks`` and what it holds, ``commondir``,
+``info``, a path the config names) would let a command point it elsewhere, so ``run`` refuses such a workspace
+and says which (:class:`LinkedEntry`). Every entry is opened from the workspace's descriptor one component at a
+time without following a link, and handed to bubblewrap as a descriptor; nothing is resolved by name twice.
 """
 
 from __future__ import annotations
@@ -19,36 +25,45 @@ import contextlib
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-GIT = ".git"
 MODULES_DEPTH = 3
+INCLUDE_DEPTH = 10
 CONFIG_MAX_BYTES = 1 << 20
+MAX_GUARDS = 4000
+CODE_ENTRIES = ("config", "config.worktree", "commondir", "gitdir", "hooks", "info")
 _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _SECTION = re.compile(r'^\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$')
 _ENTRY = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*=\s*(.*?)\s*$")
+_PATH_KEYS = {("core", "hookspath"), ("core", "attributesfile"), ("include", "path"), ("includeif", "path")}
 
 
 class LinkedEntry(Exception):
-    """A file git runs code from is a symbolic link: ``path`` names it."""
+    """Something git reads as code is a symbolic link (or lies behind one): ``path`` names it."""
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self.path = path
 
 
+class TooManyRepositories(Exception):
+    """More repositories and named files than a sandbox can guard."""
+
+
 @dataclass(frozen=True)
 class Guard:
-    """A file or folder to bind read-only: ``fd`` is an ``O_PATH`` descriptor of it, ``path`` where it is."""
+    """A folder or file to bind into the sandbox over itself: ``fd`` is an ``O_PATH`` descriptor of it, ``path``
+    where it is, ``read_only`` whether commands may not change it (else it is only pinned in place)."""
 
     fd: int
     path: str
+    read_only: bool
 
 
 @dataclass
 class Guards:
-    """The guards of one call; ``close`` closes their descriptors."""
+    """The guards of one call, shallowest first; ``close`` closes their descriptors."""
 
     items: list[Guard] = field(default_factory=list)
 
@@ -60,156 +75,191 @@ class Guards:
 
 
 @contextlib.contextmanager
-def repository_guards(root: str) -> Iterator[Guards]:
-    """The entries of the workspace's repository a command may not change (none where there is no
-    repository); ``LinkedEntry`` where one of them is a symbolic link."""
+def repository_guards(root_fd: int, root: str, git_entries: Sequence[str]) -> Iterator[Guards]:
+    """The guards of the repositories whose ``.git`` entries (relative to the workspace open as ``root_fd`` at
+    ``root``) are ``git_entries``; :class:`LinkedEntry` where something git reads as code is a link."""
+    planned = _Plan(root_fd, root)
+    for entry in git_entries:
+        planned.repository(entry)
     guards = Guards()
     try:
-        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        yield guards
-        return
-    try:
-        _guard_repository(root, root_fd, guards)
+        planned.open_all(guards)
         yield guards
     finally:
         guards.close()
-        os.close(root_fd)
 
 
-def _guard_repository(root: str, root_fd: int, guards: Guards) -> None:
-    entry = _open(root_fd, GIT, root)
-    if entry is None:
-        return
-    fd, mode = entry
-    path = os.path.join(root, GIT)
-    if stat.S_ISREG(mode):
-        guards.items.append(Guard(fd, path))
-        return
-    if not stat.S_ISDIR(mode):
-        os.close(fd)
-        return
-    try:
-        config = _guard_git_folder(root, fd, path, guards, depth=0)
-    finally:
-        os.close(fd)
-    for relative in _named_in_config(config, git_dir=path, worktree=root):
-        _guard_inside(root, root_fd, relative, guards)
+class _Plan:
+    """The read-only paths of one workspace (relative to it), found by reading its repositories."""
 
+    def __init__(self, root_fd: int, root: str) -> None:
+        self.root_fd = root_fd
+        self.root = root
+        self.read_only: set[str] = set()
 
-def _guard_git_folder(root: str, git_fd: int, git_path: str, guards: Guards, *, depth: int) -> bytes:
-    """Guard a git folder's ``config`` and ``hooks`` (and its submodules'); its config's text."""
-    config = _take(git_fd, "config", git_path, guards, make=_make_file)
-    _take(git_fd, "hooks", git_path, guards, make=_make_folder)
-    text = _read(config) if config is not None else b""
-    if depth < MODULES_DEPTH:
-        modules = _open(git_fd, "modules", git_path)
-        if modules is not None and stat.S_ISDIR(modules[1]):
-            try:
-                _guard_modules(root, modules[0], os.path.join(git_path, "modules"), guards, depth=depth)
-            finally:
-                os.close(modules[0])
-        elif modules is not None:
-            os.close(modules[0])
-    return text
+    def repository(self, entry: str) -> None:
+        kind = self._kind(entry)
+        if kind is None:
+            return
+        self.read_only.add(entry)
+        worktree = os.path.dirname(entry)
+        if kind == "file":
+            pointed = _gitdir_line(self._read(entry))
+            if pointed is not None:
+                self._git_folder(self._inside(os.path.join(worktree, pointed)), worktree, depth=0)
+            return
+        self._git_folder(entry, worktree, depth=0)
 
+    def _git_folder(self, folder: str | None, worktree: str, *, depth: int) -> None:
+        """Guard a git folder (relative; ``None`` where it lies outside the workspace) and what it points to."""
+        if folder is None or self._kind(folder) != "folder":
+            return
+        self.read_only.add(folder)
+        for name in CODE_ENTRIES:
+            self._kind(os.path.join(folder, name))
+        for hook in self._names(os.path.join(folder, "hooks")):
+            self._kind(os.path.join(folder, "hooks", hook))
+        self._kind(os.path.join(folder, "info", "attributes"))
+        for config in ("config", "config.worktree"):
+            self._config(os.path.join(folder, config), worktree, depth=0)
+        common = self._read(os.path.join(folder, "commondir")).decode("utf-8", "replace").strip()
+        if common and depth < MODULES_DEPTH:
+            self._git_folder(self._inside(os.path.join(folder, common)), worktree, depth=depth + 1)
+        for linked in self._names(os.path.join(folder, "worktrees")):
+            place = os.path.join(folder, "worktrees", linked)
+            for name in CODE_ENTRIES:
+                self._kind(os.path.join(place, name))
+            self._config(os.path.join(place, "config.worktree"), worktree, depth=0)
+        if depth < MODULES_DEPTH:
+            self._modules(os.path.join(folder, "modules"), depth=depth)
 
-def _guard_modules(root: str, modules_fd: int, modules_path: str, guards: Guards, *, depth: int) -> None:
-    readable = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=modules_fd)
-    try:
-        names = sorted(os.listdir(readable))
-    finally:
-        os.close(readable)
-    for name in names:
-        entry = _open(modules_fd, name, modules_path)
-        if entry is None:
-            continue
-        fd, mode = entry
+    def _modules(self, folder: str, *, depth: int) -> None:
+        for name in self._names(folder):
+            module = os.path.join(folder, name)
+            if self._kind(module) != "folder":
+                continue
+            if self._kind(os.path.join(module, "HEAD")) is not None:
+                self._git_folder(module, module, depth=depth + 1)
+            else:  # a submodule named with a slash: its folders nest
+                self._modules(module, depth=depth + 1)
+
+    def _config(self, path: str, worktree: str, *, depth: int) -> None:
+        """Guard what the config file at ``path`` names inside the workspace, and what its includes name."""
+        if self._kind(path) != "file":
+            return
+        self.read_only.add(path)
+        for key, value in _entries(self._read(path)):
+            for named in _named(key, value, config_folder=os.path.dirname(path), worktree=worktree):
+                inside = self._inside(named)
+                if inside is None or self._kind(inside) is None:
+                    continue
+                self.read_only.add(inside)
+                if key[0] in ("include", "includeif") and depth < INCLUDE_DEPTH:
+                    self._config(inside, worktree, depth=depth + 1)
+
+    def _inside(self, path: str) -> str | None:
+        """``path`` (relative to the workspace, or absolute) relative to the workspace where it lies inside it."""
+        absolute = os.path.normpath(os.path.join(self.root, path))
+        if absolute == self.root:
+            return ""
+        prefix = self.root.rstrip(os.sep) + os.sep
+        return absolute[len(prefix) :] if absolute.startswith(prefix) else None
+
+    def _kind(self, relative: str) -> str | None:
+        """What ``relative`` is, reached without following a link: ``folder``, ``file``, ``other``, or ``None``
+        where it is missing; :class:`LinkedEntry` where it or a folder on the way is a link."""
+        fd = self._open(relative)
+        if fd is None:
+            return None
         try:
-            if stat.S_ISDIR(mode) and _exists(fd, "HEAD"):
-                _guard_git_folder(root, fd, os.path.join(modules_path, name), guards, depth=depth + 1)
-            elif stat.S_ISDIR(mode):  # a submodule named with a slash: its folders nest
-                _guard_modules(root, fd, os.path.join(modules_path, name), guards, depth=depth + 1)
+            mode = os.fstat(fd).st_mode
         finally:
             os.close(fd)
+        return "folder" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
 
+    def _open(self, relative: str) -> int | None:
+        parts = [part for part in relative.split("/") if part not in ("", ".")]
+        fd = os.dup(self.root_fd)
+        walked = self.root
+        try:
+            for name in parts:
+                walked = os.path.join(walked, name)
+                try:
+                    child = os.open(name, _PATH_FLAGS, dir_fd=fd)
+                except (FileNotFoundError, NotADirectoryError):
+                    return None
+                os.close(fd)
+                fd = child
+                if stat.S_ISLNK(os.fstat(fd).st_mode):
+                    raise LinkedEntry(walked)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
-def _take(folder_fd: int, name: str, folder: str, guards: Guards, *, make: Callable[[int, str], None]) -> int | None:
-    """Guard ``name`` in the folder, made first where missing; its descriptor, or ``None``."""
-    entry = _open(folder_fd, name, folder)
-    if entry is None:
-        with contextlib.suppress(OSError):
-            make(folder_fd, name)
-        entry = _open(folder_fd, name, folder)
-    if entry is None:
-        return None
-    guards.items.append(Guard(entry[0], os.path.join(folder, name)))
-    return entry[0]
-
-
-def _make_file(folder_fd: int, name: str) -> None:
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder_fd)
-    try:
-        _own_as_folder(folder_fd, fd=fd)
-    finally:
-        os.close(fd)
-
-
-def _make_folder(folder_fd: int, name: str) -> None:
-    os.mkdir(name, 0o755, dir_fd=folder_fd)
-    fd = os.open(name, _PATH_FLAGS | os.O_DIRECTORY, dir_fd=folder_fd)
-    try:
-        _own_as_folder(folder_fd, fd=fd)
-    finally:
-        os.close(fd)
-
-
-def _own_as_folder(folder_fd: int, *, fd: int) -> None:
-    """As root, give what Cachet made the owner of the folder it lies in, as everything else there."""
-    if os.geteuid() != 0:
-        return
-    folder = os.fstat(folder_fd)
-    with contextlib.suppress(OSError):
-        os.chown(f"/proc/self/fd/{fd}", folder.st_uid, folder.st_gid)
-
-
-def _open(folder_fd: int, name: str, folder: str) -> tuple[int, int] | None:
-    """``name`` in the folder, opened without following a link, and its mode; ``None`` where missing."""
-    try:
-        fd = os.open(name, _PATH_FLAGS, dir_fd=folder_fd)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    mode = os.fstat(fd).st_mode
-    if stat.S_ISLNK(mode):
-        os.close(fd)
-        raise LinkedEntry(os.path.join(folder, name))
-    return fd, mode
-
-
-def _exists(folder_fd: int, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
-    except OSError:
-        return False
-    return True
-
-
-def _read(path_fd: int) -> bytes:
-    try:
-        fd = os.open(f"/proc/self/fd/{path_fd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return b""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+    def _read(self, relative: str) -> bytes:
+        fd = self._open(relative)
+        if fd is None:
             return b""
-        return os.read(fd, CONFIG_MAX_BYTES)
-    finally:
-        os.close(fd)
+        try:
+            readable = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            return b""
+        finally:
+            os.close(fd)
+        try:
+            return os.read(readable, CONFIG_MAX_BYTES) if stat.S_ISREG(os.fstat(readable).st_mode) else b""
+        finally:
+            os.close(readable)
+
+    def _names(self, relative: str) -> list[str]:
+        fd = self._open(relative)
+        if fd is None:
+            return []
+        try:
+            listing = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+        try:
+            return sorted(os.listdir(listing))
+        finally:
+            os.close(listing)
+
+    def open_all(self, guards: Guards) -> None:
+        """Open every read-only path and every folder on the way to one, shallowest first, none inside another
+        read-only path (it is read-only with it)."""
+        read_only = {path for path in self.read_only if path and not _below_any(path, self.read_only)}
+        pinned = {
+            os.path.join(*parts[:depth])
+            for parts in (path.split("/") for path in read_only)
+            for depth in range(1, len(parts))
+        }
+        pinned -= read_only
+        wanted = sorted(
+            [(path, True) for path in read_only] + [(path, False) for path in pinned],
+            key=lambda item: (item[0].count("/"), item[0]),
+        )
+        if len(wanted) > MAX_GUARDS:
+            raise TooManyRepositories(str(len(wanted)))
+        for path, is_read_only in wanted:
+            fd = self._open(path)
+            if fd is not None:
+                guards.items.append(Guard(fd, os.path.join(self.root, path), is_read_only))
 
 
-def _named_in_config(config: bytes, *, git_dir: str, worktree: str) -> list[str]:
-    """The paths the config's ``core.hooksPath`` and ``include.path`` / ``includeIf.*.path`` name, absolute."""
-    named: list[str] = []
+def _below_any(path: str, others: set[str]) -> bool:
+    return any(other and other != path and path.startswith(other + "/") for other in others)
+
+
+def _gitdir_line(data: bytes) -> str | None:
+    text = data.decode("utf-8", "replace").strip()
+    return text[len("gitdir:") :].strip() or None if text.startswith("gitdir:") else None
+
+
+def _entries(config: bytes) -> Iterator[tuple[tuple[str, str], str]]:
+    """Each ``((section, key), value)`` of a git config file, names lowercased and values unquoted."""
     section = ""
     for raw in config.decode("utf-8", "replace").splitlines():
         line = raw.split("#", 1)[0].split(";", 1)[0] if '"' not in raw else raw
@@ -218,44 +268,22 @@ def _named_in_config(config: bytes, *, git_dir: str, worktree: str) -> list[str]
             section = header.group(1).lower()
             line = header.group(3)
         entry = _ENTRY.match(line)
-        if entry is None:
-            continue
-        key, value = entry.group(1).lower(), _unquote(entry.group(2))
-        if not value:
-            continue
-        if section == "core" and key == "hookspath":
-            named.append(os.path.normpath(os.path.join(worktree, os.path.expanduser(value))))
-        elif section in ("include", "includeif") and key == "path":
-            named.append(os.path.normpath(os.path.join(git_dir, os.path.expanduser(value))))
-    return named
+        if entry is not None:
+            yield (section, entry.group(1).lower()), _unquote(entry.group(2))
+
+
+def _named(key: tuple[str, str], value: str, *, config_folder: str, worktree: str) -> list[str]:
+    """The paths a config value names: the whole value for a key that is a path (an include relative to its
+    config file's folder, others to the worktree), else each word of a program line that is a path."""
+    if not value or value.startswith("~"):
+        return []
+    if key in _PATH_KEYS:
+        base = config_folder if key[0] in ("include", "includeif") else worktree
+        return [os.path.join(base, value)]
+    return [os.path.join(worktree, word) for word in value.split() if "/" in word and not word.startswith("~")]
 
 
 def _unquote(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] == '"':
         value = value[1:-1]
     return value.replace('\\"', '"').replace("\\\\", "\\")
-
-
-def _guard_inside(root: str, root_fd: int, path: str, guards: Guards) -> None:
-    """Guard ``path`` where it lies inside the workspace and exists, walking to it without following a link."""
-    if path != root and not path.startswith(root.rstrip(os.sep) + os.sep):
-        return
-    parts = [part for part in os.path.relpath(path, root).split(os.sep) if part not in ("", ".")]
-    if not parts or ".." in parts:
-        return
-    fd = os.dup(root_fd)
-    folder = root
-    try:
-        for name in parts[:-1]:
-            entry = _open(fd, name, folder)
-            if entry is None or not stat.S_ISDIR(entry[1]):
-                if entry is not None:
-                    os.close(entry[0])
-                return
-            os.close(fd)
-            fd, folder = entry[0], os.path.join(folder, name)
-        leaf = _open(fd, parts[-1], folder)
-        if leaf is not None:
-            guards.items.append(Guard(leaf[0], path))
-    finally:
-        os.close(fd)

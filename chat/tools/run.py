@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import errno
 import math
 import os
 import select
@@ -23,8 +22,9 @@ from . import quota
 from .args import checked
 from .context import ToolContext
 from .errors import ToolError
-from .paths import workspace_root
-from .sandbox import Sandboxed, sandboxed
+from .paths import Root
+from .sandbox import Sandboxed, Workspace, sandboxed
+from .survey import survey
 
 READ_SIZE = 1 << 16
 CANCEL_POLL = 0.1
@@ -98,7 +98,6 @@ def run(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     config = ctx.config
     call = checked(args, "run", ctx)
     command, timeout = call.text("command"), call.number("timeout")
-    quota.refuse_when_full(ctx)
     ran = execute(command, timeout, ctx)
     if ran.ending is Ending.TIMED_OUT:
         trailer = config.text("timed_out", seconds=timeout)
@@ -119,16 +118,27 @@ def run(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
 
 def execute(command: str, timeout: int, ctx: ToolContext) -> Ran:
     """Run ``command`` in the sandbox to its end, reading its output as it comes. Whatever it left running is
-    killed."""
-    root = workspace_root(ctx)
-    if not os.path.isdir(root):
-        raise ToolError(ctx.config.error("command_failed", detail=os.strerror(errno.ENOENT)))
+    killed. The workspace is opened once for the call; a walk of it finds its repositories and what it holds, and
+    where it has a quota, no file the command writes may hold more than the space left."""
+    try:
+        root = Root(ctx)
+    except OSError as error:
+        raise ToolError(ctx.config.error("command_failed", detail=error.strerror or str(error))) from None
+    with root:
+        found = survey(root.fd)
+        quota.keep(root.path, found.used)
+        space_left = None if ctx.disk_quota is None else max(0, ctx.disk_quota - found.used)
+        workspace = Workspace(root.fd, root.path, tuple(found.git_entries), space_left)
+        limit = None if ctx.disk_quota is None else max(ctx.disk_quota, found.used)
+        return _execute(command, timeout, ctx, workspace, None if limit is None else quota.Watch(root, limit))
+
+
+def _execute(command: str, timeout: int, ctx: ToolContext, workspace: Workspace, watch: quota.Watch | None) -> Ran:
     kept = KeptOutput(ctx.sandbox.output_max_bytes)
-    watch = quota.Watch(root, ctx.disk_quota) if ctx.disk_quota is not None else None
     read_end, write_end = os.pipe()
     started = time.monotonic()
     try:
-        with sandboxed(command, root, write_end, ctx) as running:
+        with sandboxed(command, workspace, write_end, ctx) as running:
             os.close(write_end)
             write_end = -1
             if watch is not None:

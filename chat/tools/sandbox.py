@@ -4,7 +4,8 @@ Who a command is. Never root: where Cachet runs as an unprivileged user, command
 runs as root, they run as ``Sandbox.user`` (``CACHET_SANDBOX_USER``, by default ``cachet-sandbox``), whom the
 call's first process becomes with util-linux's ``setpriv`` (no supplementary groups) once its limits are set,
 just before bubblewrap. That user must exist, must not be uid or gid 0, and must be able to enter every
-folder on the way to the workspace; otherwise ``run`` refuses and says why. As root
+folder on the way to the workspace; otherwise ``run`` refuses and says why. A workspace folder it may not
+write is first opened to it with POSIX ACLs, ownership unchanged (``open_to_commands``). As root
 in the kernel's eyes, a process writes host-wide kernel settings through ``/proc/sys`` whatever capabilities
 it has; as anyone else it cannot.
 
@@ -68,10 +69,11 @@ from functools import cache
 
 from sessions_app.hygiene.config import ContextConfig
 
+from . import acl
 from .context import Sandbox, ToolContext
 from .errors import ToolError, one_line
 from .paths import is_inside
-from .repository import Guard, LinkedEntry, repository_guards
+from .repository import MAX_GUARDS, Guard, LinkedEntry, TooManyRepositories, repository_guards
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +108,7 @@ NETWORK_FILES = (
 LOCAL_HOSTS = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 _CALL_CGROUP = re.compile(r"cachet-run-(\d+)-\d+")
 _KILL_POLL = 0.005
+FILE_MAX_FLOOR = 64 * 1024  # what bubblewrap itself writes as it starts (the generated /etc files) must fit
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,8 @@ def give_to_commands(folder: str, settings: Sandbox, config: ContextConfig) -> I
 
 
 def closed_on_the_way(root: str, identity: Identity) -> str | None:
-    """The first folder from ``/`` down to ``root`` that ``identity`` may not enter, or ``None``."""
+    """The first folder from ``/`` down to ``root`` that ``identity`` may not enter (by owner, group, ACL
+    entries and mode), or ``None``."""
     if not identity.dropped:
         return None
     path = "/"
@@ -231,17 +235,36 @@ def closed_on_the_way(root: str, identity: Identity) -> str | None:
         path = os.path.join(path, name) if name else path
         try:
             info = os.stat(path)
-        except OSError:
+            entries = acl.access_of(path, info)
+        except (OSError, ValueError):
             return path
-        if info.st_uid == identity.uid:
-            bits = info.st_mode >> 6
-        elif info.st_gid == identity.gid:
-            bits = info.st_mode >> 3
-        else:
-            bits = info.st_mode
-        if not bits & 0o1:
+        if not acl.permits(entries, info, identity.uid, identity.gid, acl.EXECUTE):
             return path
     return None
+
+
+def open_to_commands(fd: int, folder: str, identity: Identity, settings: Sandbox, config: ContextConfig) -> bool:
+    """As root, where the user commands run as may not write the workspace folder ``fd`` (at ``folder``), give
+    it access to the folder and all it holds with POSIX ACLs, ownership unchanged (``acl.grant``; never to
+    Cachet's hidden folders); whether it did. ``ToolError`` where the file system keeps no ACLs."""
+    if not identity.dropped:
+        return False
+    try:
+        if os.fstat(fd).st_uid == identity.uid or acl.may_write_folder(fd, identity.uid, identity.gid):
+            return False
+        skip = set()
+        for hidden in settings.hidden:
+            with contextlib.suppress(OSError):
+                info = os.stat(hidden)
+                skip.add((info.st_dev, info.st_ino))
+        acl.grant(fd, identity.uid, skip=skip)
+    except acl.NoAcls:
+        raise ToolError(config.error("sandbox_no_acl", user=identity.user, folder=folder)) from None
+    except OSError as error:
+        if error.errno == errno.EROFS:
+            return False
+        raise ToolError(config.error("sandbox_failed", detail=f"{folder}: {error.strerror}")) from None
+    return True
 
 
 def usable_flags(settings: Sandbox, config: ContextConfig, identity: Identity | None = None) -> frozenset[str]:
@@ -354,20 +377,30 @@ def _data_pipe(data: bytes) -> int:
 @dataclass(frozen=True)
 class _Call:
     """What one call's bubblewrap is made of besides the command: who runs it, the optional flags, the
-    descriptors it reads, and the repository's entries to keep read-only."""
+    descriptors it reads (the workspace's own, opened once for the call), and the repositories' entries to keep
+    read-only or in place."""
 
     identity: Identity
     flags: frozenset[str]
     info_fd: int
+    root_fd: int
     guards: tuple[Guard, ...]
+
+
+def git_config(root: str) -> bytes:
+    """The sandbox's ``/etc/gitconfig``: git in it trusts the workspace's own repository (for that path only),
+    whoever owns the folder on the host."""
+    escaped = root.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'[safe]\n\tdirectory = "{escaped}"\n'.encode()
 
 
 def _bwrap_argv(command: str, root: str, ctx: ToolContext, call: _Call, data_fds: list[int]) -> list[str]:
     settings, flags = ctx.sandbox, call.flags
     passwd, group = _identity_files(root, call.identity)
-    data_fds += [_data_pipe(passwd), _data_pipe(group)]
+    data_fds += [_data_pipe(passwd), _data_pipe(group), _data_pipe(git_config(root))]
     args = [*_become(call.identity), settings.bwrap, *_namespaces(flags, network=ctx.allow_network), *_system()]
-    args += ["--ro-bind-data", str(data_fds[-2]), "/etc/passwd", "--ro-bind-data", str(data_fds[-1]), "/etc/group"]
+    args += ["--ro-bind-data", str(data_fds[-3]), "/etc/passwd", "--ro-bind-data", str(data_fds[-2]), "/etc/group"]
+    args += ["--ro-bind-data", str(data_fds[-1]), "/etc/gitconfig"]
     if ctx.allow_network:
         for path in NETWORK_FILES:
             args += ["--ro-bind-try", path, path]
@@ -377,12 +410,12 @@ def _bwrap_argv(command: str, root: str, ctx: ToolContext, call: _Call, data_fds
     args += _kernel_interface()
     if "--size" in flags:
         args += ["--size", str(settings.memory_bytes)]
-    args += ["--tmpfs", "/tmp", "--bind", root, root]
+    args += ["--tmpfs", "/tmp", "--bind-fd", str(call.root_fd), root]
     for hidden in map(os.path.realpath, settings.hidden):
         if is_inside(hidden, root) and os.path.isdir(hidden):
             args += ["--tmpfs", hidden]
     for guard in call.guards:
-        args += ["--ro-bind-fd", str(guard.fd), guard.path]
+        args += ["--ro-bind-fd" if guard.read_only else "--bind-fd", str(guard.fd), guard.path]
     return [*args, "--chdir", root, "--info-fd", str(call.info_fd), "--", "/bin/sh", "-c", command]
 
 
@@ -428,22 +461,41 @@ class Sandboxed:
             return True
 
 
+@dataclass(frozen=True)
+class Workspace:
+    """The workspace as one call of ``run`` opened it: its descriptor and path, the ``.git`` entries found in it
+    (relative to it), and the most any one file a command writes may hold (the space its quota leaves)."""
+
+    fd: int
+    path: str
+    git_entries: tuple[str, ...] = ()
+    file_max_bytes: int | None = None
+
+
 @contextlib.contextmanager
-def sandboxed(command: str, root: str, output_fd: int, ctx: ToolContext) -> Iterator[Sandboxed]:
+def sandboxed(command: str, workspace: Workspace, output_fd: int, ctx: ToolContext) -> Iterator[Sandboxed]:
     """Start ``command`` in the sandbox with its limits, its output going to ``output_fd``. On leaving,
     whatever is left of it is killed and the call's cgroups are removed."""
     config = ctx.config
+    root = workspace.path
     identity = command_identity(ctx.sandbox, config)
+    if closed_on_the_way(os.path.dirname(root), identity) is None:
+        open_to_commands(workspace.fd, root, identity, ctx.sandbox, config)
     closed = closed_on_the_way(root, identity)
     if closed is not None:
         raise ToolError(config.error("sandbox_unreachable", user=identity.user, folder=closed))
     flags = usable_flags(ctx.sandbox, config, identity)
     with contextlib.ExitStack() as closing:
         try:
-            guards = closing.enter_context(repository_guards(root))
+            guards = closing.enter_context(repository_guards(workspace.fd, root, workspace.git_entries))
         except LinkedEntry as linked:
             raise ToolError(config.error("sandbox_git_link", path=linked.path)) from None
-        limits = closing.enter_context(_CallLimits(ctx.sandbox, config, identity))
+        except TooManyRepositories as many:
+            raise ToolError(config.error("sandbox_git_many", count=str(many), limit=MAX_GUARDS)) from None
+        file_max = ctx.sandbox.file_max_bytes
+        if workspace.file_max_bytes is not None:
+            file_max = min(file_max, max(FILE_MAX_FLOOR, workspace.file_max_bytes))
+        limits = closing.enter_context(_CallLimits(ctx.sandbox, config, identity, file_max_bytes=file_max))
         data_fds: list[int] = []
         closing.callback(_close_all, data_fds)
         info_read, info_write = os.pipe()
@@ -451,7 +503,7 @@ def sandboxed(command: str, root: str, output_fd: int, ctx: ToolContext) -> Iter
         os.set_blocking(info_read, False)
         gate_read, gate_write = os.pipe()
         try:
-            call = _Call(identity, flags, info_write, tuple(guards.items))
+            call = _Call(identity, flags, info_write, workspace.fd, tuple(guards.items))
             argv = _bwrap_argv(command, root, ctx, call, data_fds)
             process = subprocess.Popen(
                 ["/bin/sh", "-c", GATE, "cachet-run", *argv],
@@ -460,7 +512,7 @@ def sandboxed(command: str, root: str, output_fd: int, ctx: ToolContext) -> Iter
                 stdin=gate_read,
                 stdout=output_fd,
                 stderr=subprocess.STDOUT,
-                pass_fds=(info_write, *data_fds, *(guard.fd for guard in guards.items)),
+                pass_fds=(info_write, workspace.fd, *data_fds, *(guard.fd for guard in guards.items)),
                 start_new_session=True,
             )
         except OSError as error:
@@ -500,14 +552,14 @@ class _CallLimits:
     """The cgroups and rlimits of one call: made on entering, put on its first process by ``confine``,
     and on leaving emptied (SIGKILL) and removed."""
 
-    def __init__(self, settings: Sandbox, config: ContextConfig, identity: Identity) -> None:
+    def __init__(self, settings: Sandbox, config: ContextConfig, identity: Identity, *, file_max_bytes: int) -> None:
         self.settings = settings
         self.config = config
         self.identity = identity
         self.cgroups: list[str] = []
         self.rlimits: list[tuple[int, int]] = [
             (resource.RLIMIT_CORE, 0),
-            (resource.RLIMIT_FSIZE, settings.file_max_bytes),
+            (resource.RLIMIT_FSIZE, file_max_bytes),
         ]
 
     def __enter__(self) -> _CallLimits:

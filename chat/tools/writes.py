@@ -5,7 +5,8 @@ what was already changed. No path string is resolved again after ``paths`` resol
 
 Where Cachet runs as root, what it writes keeps the owner a command would see: a replaced file its own
 owner, a new file or folder the owner of the folder it is made in. So a workspace that belongs to the user
-commands run as stays theirs to change."""
+commands run as stays theirs to change. Likewise its POSIX ACLs: a replaced file keeps its access ACL, and a new
+file gets the one its folder's default ACL makes (as the kernel would, had the mode not been set after)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from . import acl
 from .context import ToolContext
 from .errors import ToolError, shown
 from .paths import FOLDER_FLAGS, Resolved, named
@@ -123,6 +126,7 @@ def _stage(place: _Place, data: bytes, mode: int | None) -> str:
                 owner = _owner_of(place)
                 with contextlib.suppress(OSError):  # an owner this user namespace does not map
                     os.fchown(handle.fileno(), owner.st_uid, owner.st_gid)
+            _acl_like(place, handle.fileno(), 0o666 if mode is None else mode)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary, dir_fd=place.fd)
@@ -136,6 +140,23 @@ def _owner_of(place: _Place) -> os.stat_result:
         return os.stat(place.name, dir_fd=place.fd, follow_symlinks=False)
     except OSError:
         return os.fstat(place.fd)
+
+
+def _acl_like(place: _Place, fd: int, mode: int) -> None:
+    """Give the staged file ``fd`` the access ACL of the file it replaces (none where that has none), or for a
+    new file the one its folder's default ACL makes for ``mode``: the ``fchmod`` undid the kernel's."""
+    try:
+        original = os.open(place.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=place.fd)
+    except OSError:
+        acl.inherit(place.fd, fd, mode)
+        return
+    try:
+        if stat.S_ISREG(os.fstat(original).st_mode):
+            acl.copy_access(original, fd)
+        else:
+            acl.inherit(place.fd, fd, mode)
+    finally:
+        os.close(original)
 
 
 def _own_like(folder_fd: int, name: str, owner: os.stat_result) -> None:

@@ -91,3 +91,24 @@ def test_the_quota_holds_and_a_removed_file_goes_only_when_unchanged(
     assert not (workspace_dir / "a.txt").exists()
     assert not upload_unwrite(chat_session, path=other.path, sha256=other.sha256), "changed since: kept"
     assert (workspace_dir / "b.txt").read_bytes() == b"changed"
+
+
+def test_the_audits_probe_replace_never_follows_a_symlink(chat_session: ChatSession, workspace_dir: Path) -> None:
+    """Attach's Replace followed a symlink inside the workspace and overwrote the link's target."""
+    (workspace_dir / "target.txt").write_bytes(b"kept\n")
+    (workspace_dir / "report.txt").symlink_to("target.txt")
+    (workspace_dir / "docs").symlink_to(".")
+    for folder, name in (("", "report.txt"), ("docs", "target.txt")):
+        with pytest.raises(UploadRefused, match="never written through one"):
+            upload_write(chat_session, name=name, data=b"new\n", folder=folder, replace=True)
+    assert (workspace_dir / "target.txt").read_bytes() == b"kept\n"
+    assert (workspace_dir / "report.txt").is_symlink()
+
+
+def test_an_attachment_never_goes_into_a_git_folder(chat_session: ChatSession, workspace_dir: Path) -> None:
+    (workspace_dir / ".git" / "hooks").mkdir(parents=True)
+    (workspace_dir / "hooks").symlink_to(".git/hooks")
+    with pytest.raises(UploadRefused, match="never written through one"):
+        upload_write(chat_session, name="pre-commit", data=b"#!/bin/sh\n", folder="hooks")
+    assert not (workspace_dir / ".git" / "hooks" / "pre-commit").exists()
+    assert safe_folder(".git/hooks") == "git/hooks", "a typed folder never starts with a dot"

@@ -84,3 +84,42 @@ def test_restore_keeps_the_mode_and_refuses_a_path_now_outside(
     assert report.restored == [f"{workspace_dir}/sub/a.txt"]
     assert (workspace_dir / "sub" / "a.txt").read_text() == "a\n"
     assert stat.S_IMODE((workspace_dir / "sub" / "a.txt").stat().st_mode) == 0o600
+
+
+def test_the_audits_probe_a_restore_counts_against_the_quota_and_never_writes_a_git_folder(
+    chat_session: ChatSession, workspace_dir: Path
+) -> None:
+    """An import whose ``changed_files`` carried 3 MB, then a rewind with restore, wrote past a 1 MB quota: restores
+    used ``commit``, not ``commit_within_quota``. Its changes could name ``.git/hooks`` as well."""
+    (workspace_dir / "small.txt").write_text("small\n")
+    update = edit_result(chat_session, 1, "write", '{"path": "small.txt", "content": "changed\\n"}')
+    update.changed_files[0]["previous_text"] = "x" * (3 * 1024 * 1024)
+    (workspace_dir / ".git" / "hooks").mkdir(parents=True)
+    planted = Result(
+        session=chat_session,
+        number=2,
+        changed_files=[
+            {
+                "action": "create",
+                "abs_path": f"{workspace_dir}/.git/hooks/pre-commit",
+                "sha256": "",
+                "previous_text": None,
+            },
+            {
+                "action": "update",
+                "abs_path": f"{workspace_dir}/.git/config",
+                "sha256": "",
+                "previous_text": "[core]\n\tfsmonitor = touch /tmp/owned\n",
+            },
+        ],
+    )
+    chat_session.workspace.disk_quota_mb = 1
+    chat_session.workspace.save(update_fields=["disk_quota_mb"])
+    report = restore_files(chat_session, [planted, update])
+    assert report.restored == []
+    assert report.conflicts[0].startswith(
+        f"{workspace_dir}/.git/config: {workspace_dir}/.git/config is in a git folder"
+    )
+    assert report.conflicts[2].startswith(f"{workspace_dir}/small.txt: writing {workspace_dir}/small.txt (3.0 MB more)")
+    assert (workspace_dir / "small.txt").read_text() == "changed\n"
+    assert not (workspace_dir / ".git" / "config").exists()

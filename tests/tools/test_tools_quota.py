@@ -11,6 +11,7 @@ import pytest
 
 from chat.tools import ToolContext, call_tool
 from chat.tools import quota as quota_module
+from chat.tools import sandbox as sandbox_module
 from sessions_app.hygiene.outcomes import ErrorOutcome, OutputOutcome
 from tests.sandbox_kit import for_commands, sandbox_ids
 
@@ -31,12 +32,20 @@ def fill(folder: Path, megabytes: int) -> None:
     for_commands(folder)
 
 
+def usage(folder: Path) -> int:
+    fd = os.open(folder, os.O_PATH | os.O_DIRECTORY)
+    try:
+        return quota_module.disk_usage(fd)
+    finally:
+        os.close(fd)
+
+
 def test_disk_usage_counts_blocks_once_per_file_and_follows_no_link(ws: Path, tmp_path: Path) -> None:
     fill(ws, 2)
     os.link(ws / "filler.bin", ws / "again.bin")
     (ws / "elsewhere").symlink_to(tmp_path)
     (tmp_path / "outside.bin").write_bytes(b"x" * (3 * MB))
-    used = quota_module.disk_usage(str(ws))
+    used = usage(ws)
     assert 2 * MB <= used < 2 * MB + 64 * 1024
 
 
@@ -55,7 +64,7 @@ def test_a_write_past_the_quota_is_refused_and_writes_nothing(ws: Path, make_ctx
     ctx = make_ctx(disk_quota=3 * MB)
     assert called(ctx, "write", path="small.txt", content="fits\n") == "written"
     answer = called(ctx, "write", path="big.txt", content="x" * (2 * MB))
-    used = quota_module.size_text(quota_module.disk_usage(str(ws)))
+    used = quota_module.size_text(usage(ws))
     assert answer == (
         f"error: Refused: writing {ws}/big.txt (2.0 MB more) would take the workspace past its disk quota "
         f"({used} of 3.0 MB used)."
@@ -64,15 +73,31 @@ def test_a_write_past_the_quota_is_refused_and_writes_nothing(ws: Path, make_ctx
     assert called(make_ctx(disk_quota=None), "write", path="big.txt", content="x" * (2 * MB)) == "written"
 
 
-def test_a_command_in_a_full_workspace_is_refused(ws: Path, make_ctx: Callable[..., ToolContext]) -> None:
+def test_a_command_in_a_full_workspace_may_free_space_and_write_nothing_more(
+    ws: Path, make_ctx: Callable[..., ToolContext]
+) -> None:
+    """Over its quota, a command still runs: one that frees space is never refused; a file it writes gets no
+    further than the space left (none), and the workspace is never taken past what it held."""
     fill(ws, 2)
     ctx = make_ctx(disk_quota=1 * MB)
-    used = quota_module.size_text(quota_module.disk_usage(str(ws)))
-    assert called(ctx, "run", command="touch ran") == (
-        f"error: Refused: the workspace holds {used}, more than its disk quota of 1.0 MB. Remove files first, or "
-        "ask staff for a larger quota."
-    )
-    assert not (ws / "ran").exists()
+    output = called(ctx, "run", command="head -c 200000 /dev/zero > more.bin; echo $?; ls")
+    assert output.splitlines()[0] != "0" and "File too large" in output, output
+    assert (ws / "more.bin").stat().st_size <= sandbox_module.FILE_MAX_FLOOR
+    assert called(ctx, "run", command="rm filler.bin && echo freed") == "freed\n"
+    assert usage(ws) < 1 * MB
+
+
+def test_a_file_a_command_writes_stops_at_the_space_the_quota_leaves(
+    ws: Path, make_ctx: Callable[..., ToolContext]
+) -> None:
+    """The audit's probe: a 900 MB file was written whole into a 60 MB quota before the command was stopped. Now
+    the file-size limit is the space left, so the write fails there (measured here at 3 MB for speed)."""
+    fill(ws, 1)
+    ctx = make_ctx(disk_quota=3 * MB)
+    output = called(ctx, "run", command="head -c 50000000 /dev/zero > big.bin; echo exit=$?", timeout=60)
+    assert "File too large" in output and "exit=1" in output, output
+    assert 1.9 * MB <= (ws / "big.bin").stat().st_size <= 2 * MB + 64 * 1024
+    assert usage(ws) <= 3 * MB + 128 * 1024
 
 
 def test_a_command_that_fills_the_workspace_is_stopped(ws: Path, make_ctx: Callable[..., ToolContext]) -> None:
@@ -86,7 +111,7 @@ def test_a_command_that_fills_the_workspace_is_stopped(ws: Path, make_ctx: Calla
     assert output.startswith("[stopped: the workspace holds ") and output.endswith(
         ", more than its disk quota of 2.0 MB]"
     ), output
-    assert quota_module.disk_usage(str(ws)) > 2 * MB
+    assert usage(ws) > 2 * MB
 
 
 def test_as_root_what_cachet_writes_stays_the_sandbox_users(ws: Path, ctx: ToolContext) -> None:

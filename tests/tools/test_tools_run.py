@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import pwd
@@ -21,13 +22,13 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from chat.tools import Sandbox, ToolContext, ToolError, call_tool, run
+from chat.tools import Sandbox, ToolContext, ToolError, acl, call_tool, run
 from chat.tools import quota as quota_module
 from chat.tools import run as run_module_function
 from chat.tools import sandbox as sandbox_module
 from sessions_app.hygiene.outcomes import ErrorOutcome, OutputOutcome
 from tests.listeners import stop_listening
-from tests.sandbox_kit import for_commands, sandbox_ids
+from tests.sandbox_kit import for_commands, open_the_way, sandbox_ids
 
 RUN_MODULE = __import__("chat.tools.run", fromlist=["execute"])
 REPO = Path(__file__).resolve().parents[2]
@@ -125,7 +126,7 @@ def test_the_sandbox_holds_the_workspace_and_system_folders_only(ws: Path, ctx: 
     assert ran(ctx, "ls; cat notes.txt; id -un; ls /etc | sort") == (
         "notes.txt\nmine\n"
         f"{sandbox_module.command_identity(ctx.sandbox, ctx.config).user}\n"
-        "alternatives\ngroup\nhosts\nld.so.cache\nld.so.conf\nld.so.conf.d\nlocaltime\nnsswitch.conf\npasswd\n"
+        "alternatives\ngitconfig\ngroup\nhosts\nld.so.cache\nld.so.conf\nld.so.conf.d\nlocaltime\nnsswitch.conf\npasswd\n"
     )
 
 
@@ -585,6 +586,116 @@ def test_who_commands_run_as_when_cachet_is_root(
         f"{closed}. Let that user in (chmod o+x {closed}), or move the workspace."
     )
     assert not (ws / "ran").exists() and not (inner / "ran").exists()
+
+
+def root_repository(folder: Path) -> Path:
+    """A git repository made by root as an admin would check one out: files 0644, folders 0755, all root's; the
+    folders on the way opened, the repository itself not given to anyone."""
+    folder.mkdir()
+    (folder / "src").mkdir()
+    (folder / "README.md").write_text("read me\n")
+    (folder / "src" / "app.py").write_text("print('app')\n")
+    git = ["git", "-c", "user.name=Admin", "-c", "user.email=admin@example.com", "-C", str(folder)]
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "first"]):
+        subprocess.run([*git, *step], check=True, capture_output=True)
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return open_the_way(folder)
+
+
+def needs_root() -> tuple[int, int]:
+    ids = sandbox_ids()
+    if ids is None:
+        pytest.skip("commands run as Cachet's own user, who owns what it made")
+    return ids
+
+
+def test_commands_change_a_repository_root_owns(tmp_path: Path, make_ctx: Callable[..., ToolContext]) -> None:
+    uid, _ = needs_root()
+    repo = root_repository(tmp_path / "repo")
+    ctx = make_ctx(root=repo)
+    output = ran(ctx, "echo made > made.txt && echo more >> README.md && git status --short && git diff --stat")
+    assert output == " M README.md\n?? made.txt\n README.md | 1 +\n 1 file changed, 1 insertion(+)\n"
+    assert all(path.stat().st_uid == 0 for path in [repo, repo / "README.md", repo / "src", repo / ".git" / "HEAD"])
+    assert (acl.USER, 6, uid) in (acl.read(str(repo / "README.md")) or [])
+    assert (acl.USER, 7, uid) in (acl.read(str(repo), acl.DEFAULT) or [])
+    assert (repo / "made.txt").stat().st_uid == uid
+    edited = call_tool("edit", '{"path": "README.md", "old_string": "read me", "new_string": "READ ME"}', ctx)[1]
+    written = call_tool("write", '{"path": "src/fresh.py", "content": "fresh\\n"}', ctx)[1]
+    assert not isinstance(edited, ErrorOutcome) and not isinstance(written, ErrorOutcome)
+    assert (repo / "README.md").stat().st_uid == 0 and (repo / "src" / "fresh.py").stat().st_uid == 0
+    assert ran(ctx, "echo again >> README.md && echo later >> src/fresh.py && git status --short") == (
+        " M README.md\n?? made.txt\n?? src/fresh.py\n"
+    )
+    assert (repo / "README.md").read_text() == "READ ME\nmore\nagain\n"
+    assert (repo / "src" / "fresh.py").read_text() == "fresh\nlater\n"
+
+
+def test_a_repository_behind_a_closed_folder_is_refused_and_left_alone(
+    tmp_path: Path, make_ctx: Callable[..., ToolContext]
+) -> None:
+    needs_root()
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    repo = root_repository(closed / "repo")
+    closed.chmod(0o700)
+    assert ran(make_ctx(root=repo), "touch ran") == (
+        f"error: Commands cannot run in this workspace: they run as the user cachet-sandbox, who may not enter "
+        f"{closed}. Let that user in (chmod o+x {closed}), or move the workspace."
+    )
+    assert acl.read(str(repo)) is None and acl.read(str(closed)) is None
+    assert not (repo / "ran").exists()
+
+
+def test_links_in_a_repository_root_owns_are_not_followed(tmp_path: Path, make_ctx: Callable[..., ToolContext]) -> None:
+    needs_root()
+    outside = open_the_way(tmp_path / "outside")
+    outside.mkdir()
+    (outside / "target.txt").write_text("outside\n")
+    repo = root_repository(tmp_path / "repo")
+    (repo / "link.txt").symlink_to(outside / "target.txt")
+    (repo / "folder").symlink_to(outside)
+    assert ran(make_ctx(root=repo), "echo in > inside.txt") == ""
+    assert acl.read(str(outside / "target.txt")) is None and acl.read(str(outside)) is None
+    assert acl.read(str(outside), acl.DEFAULT) is None
+    assert (outside / "target.txt").read_text() == "outside\n"
+    assert (repo / "inside.txt").read_text() == "in\n"
+
+
+def test_cachets_hidden_folder_in_a_repository_root_owns_gets_no_acl(
+    tmp_path: Path, make_ctx: Callable[..., ToolContext]
+) -> None:
+    uid, _ = needs_root()
+    repo = root_repository(tmp_path / "repo")
+    (repo / "data" / "pg").mkdir(parents=True)
+    (repo / "data" / "secret_key").write_text("key\n")
+    ctx = make_ctx(root=repo, sandbox=Sandbox(hidden=(str(repo / "data"),)))
+    assert ran(ctx, "touch made && ls data") == ""
+    assert (acl.USER, 7, uid) in (acl.read(str(repo)) or [])
+    for path in (repo / "data", repo / "data" / "pg", repo / "data" / "secret_key"):
+        assert acl.read(str(path)) is None and acl.read(str(path), acl.DEFAULT) is None
+
+
+def test_without_acls_commands_say_what_to_run(
+    tmp_path: Path, make_ctx: Callable[..., ToolContext], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    needs_root()
+    repo = root_repository(tmp_path / "repo")
+    real_getxattr = os.getxattr
+
+    def unsupported(target: object, name: str, *args: object, **kwargs: object) -> bytes:
+        if name.startswith("system.posix_acl"):
+            raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+        return real_getxattr(target, name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "getxattr", unsupported)
+    monkeypatch.setattr(os, "setxattr", unsupported)
+    assert ran(make_ctx(root=repo), "touch ran") == (
+        f"error: Commands cannot run in this workspace: they run as the user cachet-sandbox, who may not write "
+        f"{repo}, and its file system keeps no ACLs to give that user access with. Give it the folder (chown -R "
+        f"cachet-sandbox: {repo}), or remount the file system with ACLs (mount -o remount,acl) and try again."
+    )
+    assert not (repo / "ran").exists()
 
 
 def test_the_call_cgroups_are_removed(ctx: ToolContext) -> None:
