@@ -468,13 +468,19 @@ class CaseRun:
 CASE_WORKSPACE = "workspace"
 
 
-def _case_workspace(root: Path, *, commands: bool) -> Workspace:
+def _case_workspace(root: Path, *, commands: bool, user: Any) -> Workspace:
     """The case's workspace, always named ``workspace`` so the first message's note is the same bytes in every
-    run: a real workspace of that name is renamed inside the case's transaction, which is rolled back."""
+    run: a real workspace of that name is renamed inside the case's transaction, which is rolled back. Its folder
+    is a temporary one the runner (a command of the server's shell) made, so it may lie outside the roots; the
+    runner's user is its one member."""
     for existing in Workspace.objects.select_for_update().filter(name=CASE_WORKSPACE):
         existing.name = f"{CASE_WORKSPACE}-{existing.pk}-kept"
         existing.save(update_fields=["name"])
-    return Workspace.objects.create(name=CASE_WORKSPACE, folder=str(root), allow_commands=commands)
+    workspace = Workspace.objects.create(
+        name=CASE_WORKSPACE, folder=str(root), allow_commands=commands, from_shell=True
+    )
+    workspace.members.add(user)
+    return workspace
 
 
 def _user() -> Any:
@@ -498,7 +504,8 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
         config = prompts.rules_config(case.get("config"))
         with transaction.atomic():
             try:
-                workspace = _case_workspace(root, commands=bool(case.get("commands", False)))
+                owner = _user()
+                workspace = _case_workspace(root, commands=bool(case.get("commands", False)), user=owner)
                 endpoint, _ = ModelEndpoint.objects.get_or_create(
                     name="conformance",
                     defaults={
@@ -512,7 +519,7 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
                     endpoint.context_window, endpoint.server_context_window = window, None
                     endpoint.save(update_fields=["context_window", "server_context_window"])
                 session = session_start(
-                    owner=_user(),
+                    owner=owner,
                     workspace=workspace,
                     endpoint=endpoint,
                     model_name="conformance",

@@ -28,7 +28,9 @@ from sessions_app.models import (
     Upload,
     Workspace,
 )
+from sessions_app.selectors.sessions import workspace_nesting
 from sessions_app.selectors.totals import listed_totals, with_totals
+from sessions_app.services.workspaces import workspace_folders_lock
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -81,27 +83,68 @@ class KeepsSessionsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 class WorkspaceForm(forms.ModelForm):  # type: ignore[type-arg]
-    """A workspace as staff set it: its folder lies under ``CACHET_WORKSPACE_ROOTS`` and is none Cachet refuses
-    (``sessions_app.folders``); it is stored resolved, symlinks followed."""
+    """A workspace as staff set it: its folder lies under ``CACHET_WORKSPACE_ROOTS`` (one named from a shell may
+    keep its own), is none Cachet refuses (``sessions_app.folders``) and nests with no other workspace's; it is
+    stored resolved, symlinks followed. The check holds the lock every maker of a workspace takes, until the
+    admin's transaction saves it."""
 
     class Meta:
         model = Workspace
         fields = "__all__"  # noqa: DJ007 - the admin's own fieldsets decide what shows
 
     def clean_folder(self) -> str:
-        checked = folder_check(self.cleaned_data["folder"])
+        given = self.cleaned_data["folder"]
+        kept = self.instance.pk is not None and self.instance.from_shell and given == self.instance.folder
+        checked = folder_check(given, anywhere=kept)
         if not checked.allowed:
             raise forms.ValidationError(f"Cachet may not use this folder: {checked.refusal}.")
+        workspace_folders_lock()
+        nesting = workspace_nesting(folder=checked.folder, excluding=self.instance.pk)
+        if nesting:
+            raise forms.ValidationError(f"Cachet may not use this folder: {nesting}.")
+        if not kept:
+            self.instance.from_shell = False
         return str(checked.folder)
+
+
+NOBODY_LEFT = (
+    "“{name}” has no members now and is not open to everyone: only staff can use it, and the sessions others have "
+    "on it are read-only. Add members, or tick “Open to everyone” to let every person in."
+)
+EVERYONE_RUNS = "Every person can use “{name}” now, and run commands in it: it is open to everyone and allows commands."
 
 
 @admin.register(Workspace)
 class WorkspaceAdmin(KeepsSessionsAdmin):
+    """Shared workspaces as staff make them; a private one (``owner``) shows its folder, owner and members, which
+    never change."""
+
     form = WorkspaceForm
     session_link = "workspace"
-    list_display = ["name", "folder", "allow_commands", "allow_network"]
+    list_display = ["name", "folder", "owner", "open_to_everyone", "allow_commands", "allow_network"]
+    list_filter = ["open_to_everyone", "allow_commands"]
     filter_horizontal = ["members"]
     search_fields = ["name", "folder"]
+    PRIVATE_FIXED = ("folder", "owner", "members", "open_to_everyone", "from_shell")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fixed = ["owner", "from_shell"]
+        if obj is not None and obj.owner_id is not None:
+            fixed = list(self.PRIVATE_FIXED)
+        return [*super().get_readonly_fields(request, obj), *fixed]
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        workspace = form.instance
+        if workspace.owner_id is not None:
+            return
+        if not workspace.open_to_everyone and not workspace.members.exists():
+            self.message_user(request, NOBODY_LEFT.format(name=workspace.name), messages.WARNING)
+        elif workspace.open_to_everyone and workspace.allow_commands:
+            self.message_user(request, EVERYONE_RUNS.format(name=workspace.name), messages.WARNING)
+
+
+API_KEY_FIELDS = ("api_key", "remove_api_key")
 
 
 class ModelEndpointForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -110,6 +153,7 @@ class ModelEndpointForm(forms.ModelForm):  # type: ignore[type-arg]
 
     api_key = forms.CharField(
         required=False,
+        label="New API key",
         strip=True,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
         help_text="Sent as a bearer token. Never shown again: leave empty to keep the one stored.",
@@ -133,7 +177,21 @@ class ModelEndpointAdmin(KeepsSessionsAdmin):
     session_link = "endpoint"
     list_display = ["name", "base_url", "model", "context_window", "window_read", "window_used"]
     search_fields = ["name", "base_url", "model"]
-    readonly_fields = ["window_read", "window_used"]
+    readonly_fields = ["api_key_state", "window_read", "window_used"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        """The form's fields, the key's replaced by whether one is set; only those who may change it get a field
+        to replace it (Django shows every field's value to those who may only view)."""
+        key_fields = [*API_KEY_FIELDS, "api_key_state"]
+        fields = [name for name in super().get_fields(request, obj) if name not in key_fields]
+        editable = self.has_add_permission(request) if obj is None else self.has_change_permission(request, obj)
+        shown = (["api_key_state"] if obj is not None else []) + (list(API_KEY_FIELDS) if editable else [])
+        at = fields.index("model") if "model" in fields else len(fields)
+        return [*fields[:at], *shown, *fields[at:]]
+
+    @admin.display(description="API key")
+    def api_key_state(self, obj: ModelEndpoint) -> str:
+        return "set" if obj.api_key else "none"
 
     @admin.display(description="window the server says")
     def window_read(self, obj: ModelEndpoint) -> str:

@@ -94,6 +94,6 @@ def person_message(error: BaseException) -> str:
 class PrivateFolderRefused(StoreError):
     def __init__(self, folder: str, reason: str) -> None:
         super().__init__(
-            f"Cachet may not make your own workspace at {folder} ({reason}); ask staff to check "
-            "CACHET_WORKSPACE_ROOTS, or choose a shared workspace."
+            f"Cachet may not make your own workspace at {folder} ({reason}); ask staff to move the workspace "
+            "named there, or choose a shared workspace."
         )

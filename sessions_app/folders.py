@@ -4,7 +4,9 @@ action of a session apply. Pure but for reading the settings and resolving paths
 A folder is refused when it is ``/``, a system folder or inside one, Cachet's own code, data, prompts or
 Python (inside them, or holding them), or a folder that holds everyone's (``/home``, ``/tmp``…) itself; and,
 unless ``anywhere`` (``ask --workspace``, run by someone with a shell on the server), when it lies outside
-``CACHET_WORKSPACE_ROOTS``. The data folder's ``workspaces`` folder stays allowed: it is the default root.
+``CACHET_WORKSPACE_ROOTS``. The data folder's ``workspaces`` folder stays allowed: it is the default root. The
+private workspaces live in the data folder's ``people`` (``CACHET_PEOPLE``), where no other workspace may be.
+No workspace's folder is another's, lies inside one or holds one (:func:`nesting_refusal`, given the others).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import functools
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +95,7 @@ def _own_folders() -> list[tuple[Path, str]]:
         (settings.BASE_DIR, "Cachet's code"),
         (settings.CACHET_PROMPTS, "Cachet's prompts"),
         (settings.CACHET_DATA, "Cachet's data"),
+        (settings.CACHET_PEOPLE, "the private workspaces' folder"),
         (settings.STATIC_ROOT, "Cachet's static files"),
         (sys.prefix, "Cachet's virtual environment"),
         (sys.base_prefix, "the Python Cachet runs on"),
@@ -105,6 +109,31 @@ def _own_folders() -> list[tuple[Path, str]]:
 def workspace_roots() -> list[Path]:
     """``CACHET_WORKSPACE_ROOTS``, resolved."""
     return [_resolved(root) for root in settings.CACHET_WORKSPACE_ROOTS]
+
+
+def people_folder() -> Path:
+    """The folder of the private workspaces (``CACHET_PEOPLE``: the data folder's ``people``), where no other
+    workspace may be."""
+    return _resolved(settings.CACHET_PEOPLE)
+
+
+def private_folder(user_id: int) -> Path:
+    """Where the private workspace of person ``user_id`` lives, and nowhere else."""
+    return people_folder() / str(user_id)
+
+
+def nesting_refusal(folder: Path, others: Iterable[tuple[str, str]]) -> str:
+    """Why ``folder`` may not be a workspace's, given the other workspaces as ``(name, folder)``: it is one of
+    theirs, lies inside one or holds one; empty where none."""
+    for name, other in others:
+        theirs = Path(other)
+        if folder == theirs:
+            return f"{folder} is already the folder of the workspace {name!r}"
+        if folder.is_relative_to(theirs):
+            return f"{folder} lies inside the folder of the workspace {name!r} ({theirs}); workspaces never nest"
+        if theirs.is_relative_to(folder):
+            return f"{folder} holds the folder of the workspace {name!r} ({theirs}); workspaces never nest"
+    return ""
 
 
 def _refusal(folder: Path, *, anywhere: bool) -> str:

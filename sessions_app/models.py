@@ -12,8 +12,9 @@ def default_disk_quota_mb() -> int:
 
 
 class Workspace(models.Model):
-    """A folder on the server the model's tools act in. With no members, every user may use it; a person's
-    private workspace (``owner``) has them as its only member."""
+    """A folder on the server the model's tools act in, used by its members (staff too where it has none), or by
+    everyone where staff opened it to everyone; a person's private workspace (``owner``) has them as its only
+    member, for good. No workspace's folder lies inside or holds another's."""
 
     name = models.CharField(max_length=100, unique=True)
     folder = models.CharField(max_length=1000)
@@ -22,6 +23,16 @@ class Workspace(models.Model):
         default=False, help_text="Whether commands (run) may use the network; without it they see none."
     )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="workspaces")
+    open_to_everyone = models.BooleanField(
+        default=False,
+        help_text=(
+            "Every person may use it (and run commands in it where they are allowed), members or not. Off: only its "
+            "members may, and where it has none, only staff."
+        ),
+    )
+    # Made from a shell on the server (``ask --workspace FOLDER``): the folder may lie outside
+    # CACHET_WORKSPACE_ROOTS. Everything else must lie under them whenever it is used.
+    from_shell = models.BooleanField(default=False, editable=False)
     owner = models.OneToOneField(
         settings.AUTH_USER_MODEL,
         null=True,

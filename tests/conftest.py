@@ -44,6 +44,24 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _workspaces_in_the_tests_folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Workspaces in this test process's temporary folders, as staff may make them: its base folder is one of the
+    workspace roots; and the private workspaces are made in a folder of its own, not the checkout's data folder
+    (which every test process shares)."""
+    from django.conf import settings
+
+    base = tmp_path_factory.getbasetemp().resolve()
+    people = base / "people"
+    roots, kept_people = settings.CACHET_WORKSPACE_ROOTS, settings.CACHET_PEOPLE
+    settings.CACHET_WORKSPACE_ROOTS = [*roots, base]
+    settings.CACHET_PEOPLE = people
+    try:
+        yield
+    finally:
+        settings.CACHET_WORKSPACE_ROOTS, settings.CACHET_PEOPLE = roots, kept_people
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _fast_password_hashes() -> Iterator[None]:
     """Passwords hashed with MD5 in this process: PBKDF2's million rounds cost a quarter of a second to 1.4 s a
     user or a login, and no test is about that cost (bench/login_bench.py measures it). Django's own hashers
@@ -110,7 +128,7 @@ def workspace_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def workspace(workspace_dir: Path) -> Workspace:
-    return Workspace.objects.create(name="ws", folder=str(workspace_dir), allow_commands=True)
+    return Workspace.objects.create(name="ws", folder=str(workspace_dir), allow_commands=True, open_to_everyone=True)
 
 
 @pytest.fixture

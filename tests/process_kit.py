@@ -51,6 +51,9 @@ def cachet_env(*, data: Path, redis_url: str | None, **extra: str) -> dict[str, 
         PYTHONUNBUFFERED="1",
         **extra,
     )
+    if "CACHET_WORKSPACE_ROOTS" not in extra:  # the test process's own roots, its temporary folders among them
+        roots = [data / "workspaces", *settings.CACHET_WORKSPACE_ROOTS]
+        env["CACHET_WORKSPACE_ROOTS"] = ",".join(str(root) for root in roots)
     if redis_url:
         env["REDIS_URL"] = redis_url
     return env

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection
 from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 
 from sessions_app.errors import FolderRefused, NotAMember, WorkspaceRefused
-from sessions_app.folders import folder_check
+from sessions_app.folders import folder_check, nesting_refusal, people_folder, private_folder, workspace_roots
 from sessions_app.models import (
     DEFAULT_ENDPOINT_NAME,
     ChatSession,
@@ -66,10 +68,12 @@ def session_by_id(*, session_id: int) -> ChatSession:
 
 
 def may_use(*, workspace: Any, user: Any) -> Q:
-    """Who may use a workspace, the one rule: everyone where it has no members, else its members only.
-    ``workspace`` and ``user`` are ids or expressions (``OuterRef("owner_id")``)."""
+    """Who may use a workspace, the one rule: its members; everyone where staff opened it to everyone; staff
+    where it has no members. ``workspace`` and ``user`` are ids or expressions (``OuterRef("owner_id")``)."""
     members = Workspace.members.through.objects.filter(workspace_id=workspace)
-    return Q(Exists(members.filter(user_id=user))) | ~Q(Exists(members))
+    opened = Workspace.objects.filter(pk=workspace, open_to_everyone=True)
+    staff = get_user_model().objects.filter(pk=user, is_staff=True, is_active=True)
+    return Q(Exists(members.filter(user_id=user))) | Q(Exists(opened)) | (Q(Exists(staff)) & ~Q(Exists(members)))
 
 
 def workspaces_for(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Workspace]:
@@ -85,12 +89,45 @@ def unusable_workspace_ids(*, owner: AbstractBaseUser | AnonymousUser) -> set[in
 
 def workspace_refusal(*, session: ChatSession) -> WorkspaceRefused | None:
     """Why the session is read-only now: its owner may no longer use its workspace, or the workspace's folder
-    is one Cachet may not use (a row made before the folder rules); ``None`` where the owner may act in it."""
+    is one Cachet may not use now (:func:`workspace_folder_refusal`); ``None`` where the owner may act in it."""
     workspace = session.workspace
     if not Workspace.objects.filter(may_use(workspace=workspace.pk, user=session.owner_id), pk=workspace.pk).exists():
         return NotAMember(workspace.name)
-    checked = folder_check(workspace.folder, anywhere=True)
-    return FolderRefused(workspace.name, checked.refusal) if not checked.allowed else None
+    refusal = workspace_folder_refusal(workspace=workspace)
+    return FolderRefused(workspace.name, refusal) if refusal else None
+
+
+def workspace_folder_refusal(*, workspace: Workspace) -> str:
+    """Why the workspace's folder may not be used now, empty where it may: a private workspace lives at its
+    owner's folder under the data folder's ``people``; a folder named from a shell (``ask --workspace``) is none
+    Cachet refuses anywhere; any other lies under ``CACHET_WORKSPACE_ROOTS``; and none nests in another's."""
+    if workspace.owner_id is not None:
+        expected = private_folder(workspace.owner_id)
+        if Path(workspace.folder) != expected:
+            return f"a private workspace lives at {expected}, not {workspace.folder}"
+        refusal = ""
+    else:
+        checked = folder_check(workspace.folder, anywhere=workspace.from_shell)
+        refusal = checked.refusal
+    return refusal or workspace_nesting(folder=Path(workspace.folder), excluding=workspace.pk)
+
+
+def workspace_nesting(*, folder: Path, excluding: int | None = None) -> str:
+    """Why ``folder`` (resolved) cannot be a workspace's beside the others (``excluding`` one): it is one of
+    theirs, or lies inside or holds one; empty where it nests with none."""
+    others = Workspace.objects.order_by("name")
+    if excluding is not None:
+        others = others.exclude(pk=excluding)
+    return nesting_refusal(folder, others.values_list("name", "folder"))
+
+
+def workspace_roots_for(*, workspace: Workspace) -> tuple[str, ...] | None:
+    """The folders the workspace's folder must still lie under when an action opens it (``None``: anywhere)."""
+    if workspace.owner_id is not None:
+        return (str(people_folder()),)
+    if workspace.from_shell:
+        return None
+    return tuple(str(root) for root in workspace_roots())
 
 
 @dataclass(frozen=True)

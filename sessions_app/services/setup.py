@@ -12,6 +12,8 @@ from django.utils import timezone
 
 from sessions_app.folders import folder_check
 from sessions_app.models import DEFAULT_ENDPOINT_NAME, ModelEndpoint, Workspace
+from sessions_app.selectors.sessions import workspace_nesting
+from sessions_app.services.workspaces import workspace_folders_lock
 
 
 def parse_workspaces(spec: str) -> list[tuple[str, Path]]:
@@ -44,19 +46,28 @@ class Seeded:
 
 @transaction.atomic
 def workspaces_seed(*, spec: str, default_folder: Path) -> Seeded:
-    """Create or update the configured workspaces; with none configured and none stored, one default. A
-    folder outside ``CACHET_WORKSPACE_ROOTS`` or refused by the folder rules is not seeded, and said."""
+    """Create or update the configured workspaces; with none configured and none stored, one default. A new one
+    is open to everyone (staff close it in the admin; later starts leave that as staff set it). A folder outside
+    ``CACHET_WORKSPACE_ROOTS``, refused by the folder rules or nesting with another workspace's is not seeded, and
+    said."""
     pairs = parse_workspaces(spec)
     if not pairs and not Workspace.objects.exists():
         pairs = [("scratch", default_folder)]
     seeded = Seeded()
+    workspace_folders_lock()
     for name, folder in pairs:
         checked = folder_check(folder)
-        if not checked.allowed:
-            seeded.refused.append(SeedRefused(name=name, folder=str(folder), reason=checked.refusal))
+        same = Workspace.objects.filter(name=name).values_list("pk", flat=True).first()
+        refusal = checked.refusal or workspace_nesting(folder=checked.folder, excluding=same)
+        if refusal:
+            seeded.refused.append(SeedRefused(name=name, folder=str(folder), reason=refusal))
             continue
         checked.folder.mkdir(parents=True, exist_ok=True)
-        workspace, _ = Workspace.objects.update_or_create(name=name, defaults={"folder": str(checked.folder)})
+        workspace, _ = Workspace.objects.update_or_create(
+            name=name,
+            defaults={"folder": str(checked.folder)},
+            create_defaults={"folder": str(checked.folder), "open_to_everyone": True},
+        )
         seeded.workspaces.append(workspace)
     return seeded
 

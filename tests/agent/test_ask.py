@@ -158,7 +158,7 @@ def test_ask_takes_a_folder_outside_the_roots_but_never_a_forbidden_one(
         (str(tmp_path / "to-etc"), "/etc is a system folder"),
     ):
         assert _refused(*base, "--workspace", folder, "hi") == f"Cachet may not use {folder} as a workspace: {reason}."
-    Workspace.objects.create(name="old", folder="/etc")  # made before the folder rules
+    Workspace.objects.create(name="old", folder="/etc", open_to_everyone=True)  # made before the folder rules
     assert _refused(*base, "--workspace", "old", "hi") == (
         "The workspace 'old' is on a folder Cachet may not use: /etc is a system folder."
     )

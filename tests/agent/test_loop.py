@@ -595,7 +595,9 @@ def test_sessions_in_other_workspaces_and_with_other_models_send_the_same_prefix
     for name, model_name in (("alpha", "scripted"), ("beta-workspace", "scripted"), ("gamma", "other-model-7b")):
         folder = tmp_path / name
         folder.mkdir()
-        workspace = Workspace.objects.create(name=name, folder=str(folder.resolve()), allow_commands=True)
+        workspace = Workspace.objects.create(
+            name=name, folder=str(folder.resolve()), allow_commands=True, open_to_everyone=True
+        )
         sessions.append(
             session_start(
                 owner=user,
@@ -703,7 +705,9 @@ def test_the_mode_and_the_membership_are_read_before_every_call_in_one_query(
 
 
 def _removed(session: ChatSession, other_user: Any) -> None:
-    """Staff give the session's workspace a member who is not its owner: the owner may no longer use it."""
+    """Staff give the session's workspace a member who is not its owner, and it is not open to everyone: the owner
+    may no longer use it."""
+    Workspace.objects.filter(pk=session.workspace_id).update(open_to_everyone=False)
     Workspace.objects.get(pk=session.workspace_id).members.add(other_user)
 
 

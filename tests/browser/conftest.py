@@ -97,7 +97,9 @@ def world(transactional_db: None, cachet_url: str, tmp_path: Path, django_user_m
     (folder / "notes.md").write_text("".join(f"line {n} of the notes\n" for n in range(1, 41)))
     (folder / "app.py").write_text("def greet(name):\n    return 'hello ' + name\n")
     with ScriptedServer(model="scripted") as model:
-        workspace = Workspace.objects.create(name="demo", folder=str(folder.resolve()), allow_commands=False)
+        workspace = Workspace.objects.create(
+            name="demo", folder=str(folder.resolve()), allow_commands=False, open_to_everyone=True
+        )
         endpoint = ModelEndpoint.objects.create(name="scripted", base_url=model.base_url, model="scripted")
         users = {
             name: django_user_model.objects.create_user(username=name, password=pw) for name, pw in PASSWORDS.items()

@@ -352,6 +352,7 @@ def test_a_person_removed_from_the_workspace_sees_the_session_read_only(browser:
     expect(ada.locator("#turn-1")).to_have_attribute("data-status", "done")
     wait_idle(ada)
     in_thread(lambda: world.workspace.members.add(world.users["bob"]))
+    in_thread(lambda: Workspace.objects.filter(pk=world.workspace.pk).update(open_to_everyone=False))
     removed = "You are no longer a member of the workspace “demo”: this session is read-only."
     send(ada, "Still here?")  # the open tab: refused, the words back in the box
     expect(ada.locator("#notice")).to_have_text(removed)

@@ -194,7 +194,9 @@ def setup(transactional_db: None, tmp_path: Path, django_user_model: Any) -> Ite
     with ScriptedServer(model="scripted", when_empty=Step(fault="http500", text="script exhausted")) as model:
         ada = django_user_model.objects.create_user(username="ada", password=None)
         give_shipped_password(ada, PASSWORDS["ada"])  # the two Cachet processes check it
-        workspace = Workspace.objects.create(name="demo", folder=str(folder.resolve()), allow_commands=False)
+        workspace = Workspace.objects.create(
+            name="demo", folder=str(folder.resolve()), allow_commands=False, open_to_everyone=True
+        )
         endpoint = ModelEndpoint.objects.create(
             name="scripted", base_url=model.base_url, model="scripted", context_window=100_000
         )

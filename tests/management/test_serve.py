@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 import socket
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 
+from chat.tools import acl
 from sessions_app.models import ModelEndpoint, Workspace
 from sessions_app.services.workspaces import workspace_private
 from testing.scripted_server import ScriptedServer
@@ -123,7 +126,9 @@ def test_start_up_says_each_endpoints_window_and_where_it_comes_from(settings: A
     )
 
 
-def test_as_root_serve_gives_the_workspaces_it_keeps_to_the_sandbox_user(settings: Any, tmp_path: Path) -> None:
+def test_as_root_serve_gives_the_workspaces_it_keeps_to_the_sandbox_user(
+    settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ids = sandbox_ids()
     if ids is None:
         pytest.skip("only root gives folders to the user commands run as")
@@ -148,8 +153,32 @@ def test_as_root_serve_gives_the_workspaces_it_keeps_to_the_sandbox_user(setting
     assert f"Workspace team: commands run as cachet-sandbox, who may not enter {closed}." in lines
     for parent in mine.parents:
         parent.chmod(parent.stat().st_mode | 0o001)
+    (mine / "notes.md").write_text("root's\n")
     lines = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1")
     assert (
-        f"Workspace team: commands run as cachet-sandbox, who does not own {mine}; they change only what that user "
-        f"may (chown -R cachet-sandbox: {mine} to let them change all)."
+        f"Workspace team: commands run as cachet-sandbox; gave it access to {mine} with ACLs (ownership unchanged)."
+    ) in lines
+    assert mine.stat().st_uid == 0 and (mine / "notes.md").stat().st_uid == 0
+    assert (acl.USER, 6, ids[0]) in (acl.read(str(mine / "notes.md")) or [])
+    lines = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1")
+    assert [line for line in lines if "Workspace team: commands" in line] == [], "said once: it may write it now"
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    team.folder = str(bare)
+    team.save()
+    real_getxattr = os.getxattr
+
+    def unsupported(target: Any, name: str, *args: Any) -> Any:
+        if name.startswith("system.posix_acl"):
+            raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+        return real_getxattr(target, name, *args)
+
+    monkeypatch.setattr(os, "getxattr", unsupported)
+    monkeypatch.setattr(os, "setxattr", unsupported)
+    lines = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1")
+    assert (
+        f"Workspace team: Commands cannot run in this workspace: they run as the user cachet-sandbox, who may not "
+        f"write {bare}, and its file system keeps no ACLs to give that user access with. Give it the folder "
+        f"(chown -R cachet-sandbox: {bare}), or remount the file system with ACLs (mount -o remount,acl) and try "
+        "again."
     ) in lines

@@ -376,3 +376,43 @@ def test_the_admin_still_shows_a_session_its_owner_deleted(staff: Client, chat_s
     assert f"/admin/sessions_app/chatsession/{chat_session.pk}/change/" in listing.content.decode()
     page = staff.get(reverse("admin:sessions_app_chatsession_change", args=[chat_session.pk]))
     assert page.status_code == 200
+
+
+def _staff_who_may(django_user_model: Any, username: str, *codenames: str) -> Client:
+    from django.contrib.auth.models import Permission
+
+    person = django_user_model.objects.create_user(username=username, password="staff-password-1", is_staff=True)
+    person.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    client = Client()
+    client.force_login(person)
+    return client
+
+
+def test_an_endpoints_api_key_is_in_no_admin_page_for_any_staff(django_user_model: Any, staff: Client) -> None:
+    endpoint = ModelEndpoint.objects.create(name="keyed", base_url="http://127.0.0.1:9/v1", api_key="sk-secret-123")
+    keyless = ModelEndpoint.objects.create(name="keyless", base_url="http://127.0.0.1:9/v1")
+    viewer = _staff_who_may(django_user_model, "viewer", "view_modelendpoint")
+    changer = _staff_who_may(django_user_model, "changer", "view_modelendpoint", "change_modelendpoint")
+    change = reverse("admin:sessions_app_modelendpoint_change", args=[endpoint.pk])
+    staff.post(change, {"name": "keyed", "base_url": "http://127.0.0.1:9/v1", "context_window": "8192"})
+    pages = [
+        change,
+        reverse("admin:sessions_app_modelendpoint_history", args=[endpoint.pk]),
+        reverse("admin:sessions_app_modelendpoint_changelist"),
+        reverse("admin:sessions_app_modelendpoint_changelist") + "?q=sk-secret",
+        reverse("admin:sessions_app_modelendpoint_delete", args=[endpoint.pk]),
+    ]
+    for client in (viewer, changer, staff):
+        for url in pages:
+            response = client.get(url)
+            assert response.status_code in (200, 403), (url, response.status_code)
+            assert "sk-secret-123" not in response.content.decode(), url
+    shown = viewer.get(change).content.decode()
+    assert shown.count("sk-") == 0 and 'name="api_key"' not in shown and "Remove the API key" not in shown
+    assert re.search(r"<label>API key:</label>\s*<div class=\"readonly\">set</div>", shown), shown
+    other = viewer.get(reverse("admin:sessions_app_modelendpoint_change", args=[keyless.pk])).content.decode()
+    assert re.search(r"<label>API key:</label>\s*<div class=\"readonly\">none</div>", other)
+    editable = changer.get(change).content.decode()
+    assert 'type="password"' in editable and "Remove the API key" in editable
+    assert re.search(r"<label>API key:</label>\s*<div class=\"readonly\">set</div>", editable)
+    assert ModelEndpoint.objects.get(pk=endpoint.pk).api_key == "sk-secret-123"

@@ -25,31 +25,46 @@ from sessions_app.services.sessions import session_start
 pytestmark = pytest.mark.django_db
 
 
-def test_a_workspace_without_members_is_everyones_and_one_with_members_only_theirs(
-    user: Any, other_user: Any, workspace: Workspace
+def test_membership_is_explicit_and_open_to_everyone_is_a_switch(
+    user: Any, other_user: Any, django_user_model: Any, workspace: Workspace
 ) -> None:
+    """A workspace with members is theirs; with none, no one's but staff's; everyone's only where staff opened it
+    to everyone (the ``workspace`` fixture is)."""
+    staff = django_user_model.objects.create_user(username="carol", is_staff=True)
     team = Workspace.objects.create(name="team", folder=str(workspace.folder))
     team.members.add(user, other_user)
     private = Workspace.objects.create(name="private", folder=str(workspace.folder))
     private.members.add(other_user)
+    nobodys = Workspace.objects.create(name="nobody's", folder=str(workspace.folder))
     assert list(workspaces_for(user=user)) == [team, workspace]
     assert list(workspaces_for(user=other_user)) == [private, team, workspace]
+    assert list(workspaces_for(user=staff)) == [nobodys, workspace]
+    Workspace.objects.filter(pk=nobodys.pk).update(open_to_everyone=True)
+    assert list(workspaces_for(user=user)) == [nobodys, team, workspace]
+    staff.is_active = False
+    staff.save()
+    Workspace.objects.filter(pk=nobodys.pk).update(open_to_everyone=False)
+    assert list(workspaces_for(user=staff)) == [workspace]
 
 
 def test_a_removed_owner_is_refused_and_the_list_marks_the_workspace(
     user: Any, other_user: Any, chat_session: ChatSession, endpoint: ModelEndpoint
 ) -> None:
     workspace = chat_session.workspace
+    Workspace.objects.filter(pk=workspace.pk).update(open_to_everyone=False)
+    workspace.members.add(user, other_user)
     assert workspace_refusal(session=chat_session) is None
     assert unusable_workspace_ids(owner=user) == set()
     assert session_standing(session=chat_session) == Standing("edit", True, False, True)
-    workspace.members.add(other_user)
+    workspace.members.remove(user)
     refused = workspace_refusal(session=chat_session)
     assert isinstance(refused, NotAMember)
     assert str(refused) == "You are no longer a member of the workspace “ws”: this session is read-only."
     assert unusable_workspace_ids(owner=user) == {workspace.pk}
     assert unusable_workspace_ids(owner=other_user) == set()
     assert session_standing(session=chat_session) == Standing("edit", True, False, False)
+    workspace.members.remove(other_user)
+    assert isinstance(workspace_refusal(session=chat_session), NotAMember), "no members: no one's but staff's"
     workspace.members.add(user)
     assert workspace_refusal(session=chat_session) is None
     assert session_standing(session=chat_session).member is True
@@ -67,7 +82,7 @@ def test_the_standing_before_a_tool_call_is_one_query(chat_session: ChatSession)
 
 
 def test_a_workspace_on_a_forbidden_folder_is_refused(user: Any, endpoint: ModelEndpoint) -> None:
-    workspace = Workspace.objects.create(name="old", folder="/")
+    workspace = Workspace.objects.create(name="old", folder="/", open_to_everyone=True)
     session = session_start(owner=user, workspace=workspace, endpoint=endpoint, model_name="m", tools=[])
     refused = workspace_refusal(session=session)
     assert isinstance(refused, FolderRefused)

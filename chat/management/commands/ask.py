@@ -33,11 +33,12 @@ from sessions_app.selectors.sessions import (
     last_live_turn,
     live_turn_at,
     session_get,
+    workspace_folder_refusal,
     workspace_refusal,
     workspaces_for,
 )
 from sessions_app.services.sessions import session_model_switch, session_set_mode, session_settings_set, session_start
-from sessions_app.services.workspaces import workspace_private
+from sessions_app.services.workspaces import workspace_from_shell, workspace_private
 
 
 def _endpoint(spec: str | None) -> ModelEndpoint:
@@ -68,10 +69,10 @@ def _model(endpoint: ModelEndpoint) -> str:
 
 
 def _usable(workspace: Workspace) -> Workspace:
-    """``workspace`` where its folder is one Cachet may use (any but the forbidden ones), else a one-line error."""
-    checked = folder_check(workspace.folder, anywhere=True)
-    if not checked.allowed:
-        raise CommandError(f"The workspace {workspace.name!r} is on a folder Cachet may not use: {checked.refusal}.")
+    """``workspace`` where its folder is one Cachet may use now, else a one-line error."""
+    refusal = workspace_folder_refusal(workspace=workspace)
+    if refusal:
+        raise CommandError(f"The workspace {workspace.name!r} is on a folder Cachet may not use: {refusal}.")
     return workspace
 
 
@@ -91,15 +92,12 @@ def _workspace(spec: str | None, user: Any) -> Workspace:
     checked = folder_check(folder.resolve(), anywhere=True)  # outside the roots too, never a forbidden folder
     if not checked.allowed:
         raise CommandError(f"Cachet may not use {spec} as a workspace: {checked.refusal}.")
-    folder = checked.folder
-    for workspace in available.filter(folder=str(folder)):
-        return workspace
-    name = f"{user.get_username()}:{folder}"[:100]
-    workspace, created = Workspace.objects.get_or_create(name=name, defaults={"folder": str(folder)})
-    if not created:  # on another folder now, or the person was removed from it: never joined again from here
-        raise CommandError(f"The workspace {name!r} exists and is not one {user.get_username()} may use here.")
-    workspace.members.add(user)
-    return workspace
+    for workspace in available.filter(folder=str(checked.folder)):
+        return _usable(workspace)
+    try:
+        return workspace_from_shell(user=user, folder=checked.folder)
+    except StoreError as error:
+        raise CommandError(str(error)) from error
 
 
 class Command(BaseCommand):

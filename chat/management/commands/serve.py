@@ -27,6 +27,7 @@ from sessions_app.models import DEFAULT_ENDPOINT_NAME, Workspace
 from sessions_app.selectors.sessions import endpoint_list
 from sessions_app.services.locks import orphans_interrupt
 from sessions_app.services.setup import admin_seed, endpoint_seed, workspaces_seed
+from sessions_app.services.workspaces import private_folders_close
 
 STARTUP_LIST_TIMEOUT = 3.0
 WORKER_STOP_SECONDS = 20.0  # a stopping worker's replies get its own 10 s, then it is killed
@@ -151,6 +152,7 @@ class Command(BaseCommand):
         url = f"http://{options['host']}:{options['port']}/"
         for workspace in Workspace.objects.filter(owner__isnull=True).order_by("name"):
             self.stdout.write(f"Workspace {workspace.name}: {workspace.folder}")
+        private_folders_close()  # folders made before they were closed to other local accounts
         private = Workspace.objects.filter(owner__isnull=False).count()
         if private:
             self.stdout.write(f"Private workspaces: {private}, one for each person who has used Cachet.")
