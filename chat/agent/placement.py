@@ -13,7 +13,8 @@ returning sessions' prefixes better (four sessions on two slots: 1.13x the floor
 placed by Cachet).
 
 Where a session takes over a slot that held another's prefix and the server saves slots (llama.cpp's
-``--slot-save-path``, asked once a minute with ``server_api.slot_saving``; on a server of one slot too), that
+``--slot-save-path``, asked once per server start with ``server_api.slot_saving``, which touches no slot; on a
+server of one slot too), that
 prefix is saved first, and a session that returns to a slot not holding its own has its saved prefix put back:
 measured on the generated model, a slot of 6,830 tokens saved in 60 ms and was put back in 33 ms, where
 computing it again took the returning request 4,816 tokens. A prefix under :data:`MIN_SAVED_TOKENS` is computed
@@ -38,7 +39,19 @@ MIN_SAVED_TOKENS = 1024
 SLOT_FILE_TIMEOUT = 60.0  # a large model's slot is hundreds of megabytes
 
 _lock = threading.Lock()
-_slots: dict[str, tuple[float, int, bool]] = {}  # url: (when asked, slots or 0 where it says none, saves slots)
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What a server said: when, its slots (0: it says none), whether it saves them, and how it was started."""
+
+    asked_at: float
+    slots: int
+    saves: bool
+    started_as: str
+
+
+_slots: dict[str, _Known] = {}
 _down: dict[str, float] = {}  # url: until when it is left alone
 _crowded: dict[str, float] = {}  # url: until when its slots are left to it (more sessions than slots, none saved)
 
@@ -54,21 +67,35 @@ class Placed:
 
 
 def server_slots(url: str, *, api_key: str | None) -> tuple[int, bool]:
-    """How many slots the server at ``url`` has (0 where it does not say), and whether it saves them; asked at
-    most every minute."""
+    """How many slots the server at ``url`` has (0 where it does not say), and whether it saves them. Its
+    ``/props`` is read at most every minute; whether it saves slots is asked once per server start (the first time,
+    again when ``/props`` says it was started otherwise, after it was out of reach, or after a save or restore it
+    refused) and never changes a slot (``server_api.slot_saving``)."""
     with _lock:
         known = _slots.get(url)
-    if known is not None and monotonic() - known[0] < SLOTS_KEPT_SECONDS:
-        return known[1], known[2]
+    if known is not None and monotonic() - known.asked_at < SLOTS_KEPT_SECONDS:
+        return known.slots, known.saves
     try:
         props = server_api.props(url, api_key=api_key, timeout=SLOTS_TIMEOUT)
         slots = props.total_slots if props is not None and props.total_slots else 0
-        saves = slots > 0 and server_api.slot_saving(url, api_key=api_key, timeout=SLOTS_TIMEOUT)
+        started_as = props.started_as if props is not None else ""
+        if slots < 1:
+            saves = False
+        elif known is not None and known.slots == slots and known.started_as == started_as:
+            saves = known.saves
+        else:
+            saves = server_api.slot_saving(url, api_key=api_key, timeout=SLOTS_TIMEOUT)
     except server_api.ServerAPIError:
         return 0, False  # out of reach: the request says so
     with _lock:
-        _slots[url] = (monotonic(), slots, saves)
+        _slots[url] = _Known(monotonic(), slots, saves, started_as)
     return slots, saves
+
+
+def forget_saving(url: str) -> None:
+    """Ask again whether the server at ``url`` saves slots: it refused a save or a restore."""
+    with _lock:
+        _slots.pop(url, None)
 
 
 def mark_down(url: str) -> None:
@@ -142,6 +169,8 @@ def take_slot(
             saved = server_api.slot_action(
                 url, taken.slot, "save", slot_file(taken.evicted), api_key=api_key, timeout=SLOT_FILE_TIMEOUT
             )
+            if saved is None:  # refused: the server may have been started again without saving
+                forget_saving(url)
             tokens = saved.get("n_saved") if saved is not None else None
             if isinstance(tokens, int) and tokens >= MIN_SAVED_TOKENS:
                 slot_saved(url=url, session_id=taken.evicted, tokens=tokens)

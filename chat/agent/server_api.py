@@ -38,11 +38,13 @@ class ServerAPIError(Exception):
 
 @dataclass(frozen=True)
 class ServerProps:
-    """What ``/props`` says: the context window of one slot (``n_ctx``), the chat template, slots in all."""
+    """What ``/props`` says: the context window of one slot (``n_ctx``), the chat template, slots in all, and how
+    the server was started."""
 
     context_window: int | None
     chat_template: str
     total_slots: int | None
+    started_as: str = ""  # how the server says it was started (model, build, slots, window): changes with a restart
 
 
 def server_root(base_url: str) -> str:
@@ -189,21 +191,23 @@ def slot_action(
     return data if isinstance(data, dict) else None
 
 
-SLOT_PROBE_FILE = "cachet-probe-no-such-file.bin"
+SLOT_PROBE_ACTION = "cachet-capabilities"
 
 
 def slot_saving(base_url: str, *, api_key: str | None = None, timeout: float = TIMEOUT) -> bool:
-    """Whether the server saves and restores slots (llama.cpp started with ``--slot-save-path``). Asked by
-    restoring a file that is not there: such a server refuses it as missing (400), another as not offered."""
+    """Whether the server saves and restores slots (llama.cpp started with ``--slot-save-path``), asked without
+    touching any slot: llama.cpp refuses an action it does not know as ``Invalid action`` (400) when it saves slots,
+    before it looks at a slot, and as not supported (501) when it does not; another server has no such address.
+    (Asking by restoring a file that is not there, as before, emptied slot 0 on a server that saves slots.)"""
     headers = {"Accept": "application/json", "Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    url = server_root(base_url) + "/slots/0?action=restore"
+    url = f"{server_root(base_url)}/slots/0?action={SLOT_PROBE_ACTION}"
     try:
-        response = _ask(url, headers=headers, payload={"filename": SLOT_PROBE_FILE}, content=None, timeout=timeout)
+        response = _ask(url, headers=headers, payload={}, content=None, timeout=timeout)
     except httpx.HTTPError as error:
         raise ServerAPIError(f"Cannot ask {url}: {error.__class__.__name__}: {error}") from error
-    return response.status_code == 400
+    return response.status_code == 400 and b"nvalid action" in response.content
 
 
 def _positive_int(value: object) -> int | None:
@@ -220,10 +224,14 @@ def props(base_url: str, *, api_key: str | None = None, timeout: float = TIMEOUT
     if n_ctx is None:
         n_ctx = _positive_int(data.get("n_ctx"))
     template = data.get("chat_template")
+    started_as = json.dumps(
+        [data.get(key) for key in ("model_path", "build_info", "total_slots")] + [n_ctx], default=str
+    )
     return ServerProps(
         context_window=n_ctx,
         chat_template=template if isinstance(template, str) else "",
         total_slots=_positive_int(data.get("total_slots")),
+        started_as=started_as,
     )
 
 

@@ -186,3 +186,68 @@ def test_a_llama_cpp_replica_that_goes_down_moves_its_session_to_the_other(
     finally:
         first.stop()
         second.stop()
+
+
+def test_asking_whether_a_server_saves_slots_never_empties_one(
+    user: Any, workspace: Workspace, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The audit's probe: the check restored a file that was not there into slot 0, and llama.cpp empties a slot
+    whose restore fails; a session's second turn from a new process (``ask``: a new check) found 0 of 7,100 prompt
+    tokens cached. Now every turn is asked from a process that knows nothing yet, with ten checks between turns."""
+    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", SHAPE)
+    saves = tmp_path / "slots"
+    saves.mkdir()
+    with LlamaServer(
+        model, ctx_size=2 * SLOT_CONTEXT, n_predict=1, alias="tiny", cache_ram_mib=0, parallel=2, slot_save_path=saves
+    ) as server:
+        endpoint = ModelEndpoint.objects.create(
+            name="saves", base_url=server.base_url, model="tiny", context_window=SLOT_CONTEXT
+        )
+        session = _session(user, workspace, endpoint)
+        for turn in range(3):
+            for _ in range(10):
+                placement.forget()
+                assert placement.server_slots(server.base_url, api_key=None) == (2, True)
+            words = f"turn {turn}: " + " ".join(f"w{turn}{i}" for i in range(WORDS // 5))
+            ran = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send(words))
+            assert ran.turn.status == TurnStatus.DONE, ran.turn.error
+    assert list(saves.iterdir()) == [], "nothing was saved: no slot was taken over"
+    for returning in ModelRequest.objects.filter(session=session).order_by("id")[1:]:
+        assert returning.prompt_tokens and returning.cached_tokens is not None
+        assert returning.cached_tokens >= 0.95 * returning.prompt_tokens, (
+            f"{returning.cached_tokens} of {returning.prompt_tokens} cached"
+        )
+
+
+def test_whether_a_server_saves_slots_is_asked_once_per_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    real = placement.server_api.slot_saving
+
+    def counted(url: str, **options: Any) -> bool:
+        asked.append(url)
+        return real(url, **options)
+
+    monkeypatch.setattr(placement.server_api, "slot_saving", counted)
+    with ScriptedServer(model="m", n_ctx=50_000) as server:
+        assert placement.server_slots(server.base_url, api_key=None) == (1, False)
+        known = placement._slots[server.base_url]
+        placement._slots[server.base_url] = placement._Known(0.0, known.slots, known.saves, known.started_as)
+        assert placement.server_slots(server.base_url, api_key=None) == (1, False)  # a minute on: the same start
+        assert len(asked) == 1
+        placement.mark_down(server.base_url)  # out of reach: perhaps started again, with other flags
+        placement.server_slots(server.base_url, api_key=None)
+        assert len(asked) == 2
+
+
+def test_a_requests_bytes_sent_are_every_byte_of_its_body(user: Any, workspace: Workspace) -> None:
+    """The sampling settings (and ``id_slot``) go after the conversation, and the record counts them (it left them
+    out: 30 to 47 bytes short)."""
+    with ScriptedServer(model="m", n_ctx=50_000) as server:
+        endpoint = ModelEndpoint.objects.create(name="one", base_url=server.base_url, model="m")
+        session = _session(user, workspace, endpoint)
+        ChatSession.objects.filter(pk=session.pk).update(temperature=0.25, max_tokens=500)
+        server.push(Step(text="hi"))
+        run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("hello"))
+        received = server.requests[0]
+    assert received.endswith(b',"temperature":0.25,"max_tokens":500}'), received[-60:]
+    assert ModelRequest.objects.get(session=session).bytes_sent == len(received)
