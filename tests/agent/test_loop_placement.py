@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chat.agent import placement
+from chat.agent import placement, server_api
 from chat.agent.loop import ReplyLoop
 from chat.agent.model import Timeouts
 from chat.tools import tool_list
@@ -221,13 +221,13 @@ def test_asking_whether_a_server_saves_slots_never_empties_one(
 
 def test_whether_a_server_saves_slots_is_asked_once_per_start(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[str] = []
-    real = placement.server_api.slot_saving
+    real = server_api.slot_saving
 
     def counted(url: str, **options: Any) -> bool:
         asked.append(url)
         return real(url, **options)
 
-    monkeypatch.setattr(placement.server_api, "slot_saving", counted)
+    monkeypatch.setattr(server_api, "slot_saving", counted)
     with ScriptedServer(model="m", n_ctx=50_000) as server:
         assert placement.server_slots(server.base_url, api_key=None) == (1, False)
         known = placement._slots[server.base_url]
