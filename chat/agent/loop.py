@@ -343,7 +343,12 @@ class ReplyLoop:
     def regenerate(self, *, restore: bool = False) -> Iterator[ReplyEvent]:
         """Take back the last reply and ask again with the same stored message."""
         with self._locked():
-            taken, turn = turn_regenerate(session=self.session)
+            taken, turn = turn_regenerate(
+                session=self.session,
+                today=self.date or today(),
+                instructions=read_instructions(self.session),
+                config=self.config,
+            )
             self._refresh()
             yield self._taken_back(taken, restore=restore)
             yield from self._reply(turn, again=True)
@@ -489,11 +494,7 @@ class ReplyLoop:
             after_step = upto if upto >= 0 else None
             yield from self._compact(summary_request, within=turn, after_step=after_step, step_number=step_number)
             self._builder = RequestBuilder(self.session, model_name=self.session.model_name, current=turn)
-            if after_step is not None:
-                table[:] = [
-                    prior_result(result)
-                    for result in turn.results.filter(step__number__gt=after_step).order_by("number")
-                ]
+            table.clear()  # §7: after any compaction the dedupe table is empty, though the request carries steps
             built = self._builder.build()
             size = counter.count(built)
             if counter.fits(size):
@@ -535,6 +536,7 @@ class ReplyLoop:
                 moved=placed.moved,
                 model_name=session.model_name,
                 previous=self._previous,
+                bytes_sent=len(sent),
             )
         except BaseException:
             answer.close()

@@ -27,6 +27,7 @@ class Scan:
     total_lines: int = 0
     binary: bool = False
     lines: list[tuple[bytes, bool]] = field(default_factory=list)
+    unterminated: bool = False  # the file's last line has no newline
 
 
 WHOLE_LINE = 2**60
@@ -51,15 +52,16 @@ def read(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     last = min(offset + limit - 1, total)
     cut = config.texts["cut"]
     body = "\n".join(
-        f"{number}: {display_line(raw, truncated, line_chars, cut)}"
+        f"{number}: {display_line(raw, truncated, line_chars, cut, ended=number < total or not scan.unterminated)}"
         for number, (raw, truncated) in enumerate(scan.lines, start=offset)
     )
     return ReadOutcome(given, path, offset, limit, offset, last, total, scan.sha256, body)
 
 
-def display_line(raw: bytes, truncated: bool, max_chars: int, cut: str) -> str:
-    """A line of a file as shown: UTF-8 with replacement, no ``\\r`` at its end, at most ``max_chars``."""
-    if not truncated:
+def display_line(raw: bytes, truncated: bool, max_chars: int, cut: str, *, ended: bool) -> str:
+    """A line of a file as shown: UTF-8 with replacement, at most ``max_chars``; where it ``ended`` with a newline,
+    the ``\\r`` before that newline is not shown (a lone ``\\r`` at the very end of a file is)."""
+    if ended and not truncated:
         raw = raw.removesuffix(b"\r")
     text = raw.decode("utf-8", "replace")
     if truncated or len(text) > max_chars:
@@ -114,6 +116,7 @@ def scan_window(handle: BinaryIO, first: int, last: int, max_line_bytes: int) ->
     newlines = line - 1
     unterminated = last_byte not in (b"", _NEWLINE)
     scan.total_lines = newlines + (1 if unterminated else 0)
+    scan.unterminated = unterminated
     if unterminated and first <= line <= last:
         scan.lines.append((bytes(current), truncated))
     scan.sha256 = digest.hexdigest()

@@ -145,7 +145,8 @@ class _Reader:
         path = os.fsdecode(_data_bytes(data["path"]))
         matches = self.files.setdefault(path, FileMatches())
         if kind == "match":
-            line = _data_bytes(data["lines"]).removesuffix(b"\n")
+            text = _data_bytes(data["lines"])
+            line = text[:-2] if text.endswith(b"\r\n") else text.removesuffix(b"\n")  # a lone \r stays
             matches.lines.append((int(data["line_number"]), line))
             self.kept += len(line) + len(path) + _LINE_OVERHEAD
             if self.kept > self.max_bytes:

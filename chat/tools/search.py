@@ -97,7 +97,7 @@ def grep(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     for path in sorted(by_path):
         shown_path = shown(path)
         lines.extend(
-            f"{shown_path}:{number}: {display_line(raw, False, WHOLE_LINE, cut)}"
+            f"{shown_path}:{number}: {display_line(raw, False, WHOLE_LINE, cut, ended=False)}"
             for number, raw in sorted(by_path[path].lines)
         )
     return ListingOutcome("\n".join(lines) if lines else config.text("no_matches"))

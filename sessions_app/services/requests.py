@@ -98,10 +98,13 @@ def request_record_start(
     previous: PreviousRequest,
     slot: int | None = None,
     moved: str = "",
+    bytes_sent: int | None = None,
 ) -> tuple[ModelRequest, PreviousRequest]:
     """Write the request's row before it is sent, with its prefix verdict against ``previous``; the
     request becomes what the next one is compared with (its bytes are kept by :func:`request_last_keep`).
-    Its commit does not wait for the disk: the record of the answer before it, once it is sent, does. One
+    ``bytes_sent`` is every byte of the body as sent (sampling settings and ``id_slot`` after the conversation),
+    ``built.body`` where they are none. Its commit does not wait for the disk: the record of the answer before it,
+    once it is sent, does. One
     statement, atomic by itself (``sessions_app.services.rows``), which also clears the session's pending breaks."""
     verdict = prefix_verdict(
         previous=previous.body,
@@ -128,7 +131,7 @@ def request_record_start(
         moved=moved,
         model_name=storable(model_name),
         body_sha256=hashlib.sha256(built.body).hexdigest(),
-        bytes_sent=len(built.body),
+        bytes_sent=len(built.body) if bytes_sent is None else bytes_sent,
         shared_prefix_bytes=verdict.shared_prefix_bytes,
         expected_shared_bytes=verdict.expected_shared_bytes,
         break_cause=verdict.cause,

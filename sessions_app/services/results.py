@@ -11,7 +11,7 @@ from sessions_app import prompts
 from sessions_app.hygiene import PriorResult, Rendered, args_key, render_result
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.hygiene.outcomes import EditOutcome, Outcome, ReadOutcome
-from sessions_app.models import Result, Step, Turn
+from sessions_app.models import Generation, Result, Step, Turn
 from sessions_app.services.durability import WITHOUT_WAITING
 from sessions_app.services.revisions import result_number_next, turn_bump
 from sessions_app.services.rows import row_insert, row_stored, row_values
@@ -34,8 +34,18 @@ def prior_result(result: Result) -> PriorResult:
 
 
 def reply_table(turn: Turn) -> list[PriorResult]:
-    """The dedupe table: the results of the reply in progress, which are all in the request being built."""
-    return [prior_result(result) for result in Result.objects.filter(turn=turn).order_by("number")]
+    """The dedupe table: the results of the reply in progress since it last compacted (§7 empties the table at every
+    compaction, inside a reply too), which are all in the request being built."""
+    results = list(Result.objects.filter(turn=turn).order_by("number"))
+    if not results:  # a new reply: nothing to compare with, and no compaction to look for
+        return []
+    compacted = (
+        Generation.objects.filter(session_id=turn.session_id, resumed_turn=turn.number, taken_back=False)
+        .order_by("-number")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    return [prior_result(result) for result in results if compacted is None or result.created_at > compacted]
 
 
 def result_insert(
