@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import posixpath
 import shutil
 import tempfile
 import threading
@@ -25,13 +26,20 @@ from django.db import transaction
 from chat.agent.events import Compacted, ReplyEvent, RequestStarted, ResultStored, TurnEnded, TurnStarted
 from chat.agent.loop import ReplyLoop
 from chat.agent.model import Completion, StreamPiece, TextPiece, ToolCall, ToolCallPiece
+from chat.agent.uploads import UploadRefused, upload_write
 from chat.agent.workspace import sandbox_settings
 from chat.tools import tool_list
 from chat.tools.sandbox import give_to_commands
 from sessions_app import prompts
 from sessions_app.errors import StoreError
 from sessions_app.models import ChatSession, Generation, ModelEndpoint, RequestKind, Workspace
-from sessions_app.services.sessions import session_set_mode, session_settings_set, session_start
+from sessions_app.services.sessions import (
+    session_model_switch,
+    session_set_mode,
+    session_settings_set,
+    session_start,
+)
+from sessions_app.services.uploads import upload_record
 
 ACTIONS = (
     "user",
@@ -45,6 +53,8 @@ ACTIONS = (
     "set_mode",
     "set_date",
     "set_instructions",
+    "attach",
+    "retry_model",
     "request",
 )
 EXPECTATIONS = (
@@ -422,6 +432,17 @@ class CaseRun:
                 max_tokens=self.session.max_tokens,
             )
             return StepText("")
+        if "attach" in step:
+            return self._attach(step["attach"])
+        if "retry_model" in step:
+            self._end_open_reply()
+            self.session = session_model_switch(
+                session=self.session, endpoint=self.session.endpoint, model_name=str(step["retry_model"])
+            )
+            self._start(self.loop.regenerate())
+            started = self._until(TurnStarted)
+            assert isinstance(started, TurnStarted)
+            return StepText(started.turn.message)
         if "request" in step:
             built = self.loop.next_request()
             return StepText(render_request(built.messages, built.tools), roles=[m["role"] for m in built.messages])
@@ -448,6 +469,17 @@ class CaseRun:
         if not isinstance(stored, ResultStored):
             raise StepFailure(f"the call to {name} stored no result")
         return StepText(stored.result.inserted_text, full=stored.result.full_text)
+
+    def _attach(self, attached: Mapping[str, Any]) -> StepText:
+        """The person attaches a file, written and recorded as Attach does: the next message's note says it."""
+        folder, name = posixpath.split(str(attached["path"]))
+        data = str(attached.get("content", "")).encode("utf-8")
+        try:
+            done = upload_write(self.session, name=name, data=data, folder=folder, replace=True)
+        except UploadRefused as refused:
+            raise StepFailure(f"the attachment was refused: {refused}") from None
+        upload_record(session=self.session, path=done.path, size=done.size, sha256=done.sha256)
+        return StepText(done.path)
 
     def _change(self, change: Mapping[str, Any]) -> StepText:
         target = self.root / str(change["path"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connection, transaction
@@ -97,6 +97,7 @@ def _composed(
     instructions: str | None,
     config: ContextConfig | None,
     uploads: Iterable[Upload] = (),
+    full: bool = False,
 ) -> ComposedMessage:
     return compose_message(
         words,
@@ -106,7 +107,7 @@ def _composed(
         mode=session.mode,
         mode_text=prompts.mode_text(session.mode),
         instructions=storable_or_none(instructions),
-        stated=stated_context(session, generation=generation),
+        stated=NOTHING_STATED if full else stated_context(session, generation=generation),
         config=config or prompts.rules_config(),
         session_instructions=session.instructions,
         uploads=_uploaded(uploads),
@@ -212,17 +213,49 @@ def turn_start(
 
 
 @transaction.atomic
-def turn_restart(*, session: ChatSession, like: Turn) -> Turn:
+def turn_restart(
+    *,
+    session: ChatSession,
+    like: Turn,
+    today: str = "",
+    instructions: str | None = None,
+    config: ContextConfig | None = None,
+    said: Sequence[Upload] = (),
+) -> Turn:
     """A new open turn at the end of the live branch carrying ``like``'s message as it is (regenerate takes
     ``like`` back and asks again with it: the new turn is its sibling). Where the current generation resumed
     ``like`` after a compaction inside its reply, that is the message as this generation sent it, full note
-    included: the new turn is the first of the generation, whose first message carries the full note."""
+    included: the new turn is the first of the generation, whose first message carries the full note. Where the
+    session moved to another model since ``like`` was sent ("Retry with another model"), its words get a note
+    composed now (as of ``today``, with the workspace's ``instructions``), which names the model it is asked of,
+    and the files its message ``said`` arrived."""
     session = _locked(session)
     number = _next_turn_number(session)
     session.save(update_fields=["next_turn_number", "updated_at"])
     parent, position = _branch_end(session)
     generation = current_generation(session)
-    if generation.resumed_turn == like.number:
+    resumed = generation.resumed_turn == like.number  # the first message of this generation: its note is full
+    if like.generation.model_name != generation.model_name and today:
+        composed = _composed(
+            session,
+            generation,
+            like.words,
+            today=today,
+            instructions=instructions,
+            config=config,
+            uploads=said,
+            full=resumed,
+        )
+        message = {
+            "message": storable(composed.text),
+            "note_workspace": composed.workspace_noted or "",
+            "note_model": composed.model_noted or "",
+            "note_date": composed.date_noted or "",
+            "note_mode": composed.mode_noted or "",
+            "note_instructions": composed.instructions_noted,
+            "note_session_instructions": composed.session_instructions_noted,
+        }
+    elif resumed:
         message = {name: getattr(generation, f"resumed_{name}") for name in MESSAGE_FIELDS}
     else:
         message = {name: getattr(like, name) for name in MESSAGE_FIELDS}

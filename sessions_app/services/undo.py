@@ -32,9 +32,11 @@ from sessions_app.models import (
     TakenBackBy,
     Turn,
     TurnStatus,
+    Upload,
 )
 from sessions_app.services.revisions import revision_next
 from sessions_app.services.turns import turn_restart, turn_start
+from sessions_app.services.uploads import uploads_unsay
 
 _STATE_FIELDS = ["status", "live_status", "taken_back_by", "taken_back_in", "revision"]
 _LARGE_FIELDS = ("message", "reply_text")
@@ -112,6 +114,7 @@ def _take_back(session: ChatSession, turns: list[Turn], *, by: str, cause: str) 
     revision = revision_next(session.pk)
     _mark_taken_back(turns, by=by, revision=revision)
     Turn.objects.bulk_update(turns, _STATE_FIELDS)
+    uploads_unsay(session=session, turns=turns)
     moved = _generations_follow(session, revision=revision)
     session.pending_breaks = [
         *session.pending_breaks,
@@ -163,15 +166,22 @@ def turn_rewind(*, session: ChatSession, number: int) -> TakenBack:
 
 
 @transaction.atomic
-def turn_regenerate(*, session: ChatSession) -> tuple[TakenBack, Turn]:
-    """Take back the last reply and open its sibling: a new turn with the same stored message."""
+def turn_regenerate(
+    *, session: ChatSession, today: str = "", instructions: str | None = None, config: ContextConfig | None = None
+) -> tuple[TakenBack, Turn]:
+    """Take back the last reply and open its sibling: a new turn with the same stored message (with a note that
+    names the model where the session moved to another since: ``today`` and ``instructions`` compose it); the
+    files its message said arrived belong to the new turn."""
     session = _lock(session)
     live = _live(session)
     if not live:
         raise NothingToTakeBack()
     last = live[-1]
+    said = list(Upload.objects.filter(turn=last).order_by("id"))
     taken = _take_back(session, [last], by=TakenBackBy.REGENERATE, cause=BreakCause.REGENERATE)
-    return taken, turn_restart(session=session, like=last)
+    again = turn_restart(session=session, like=last, today=today, instructions=instructions, config=config, said=said)
+    Upload.objects.filter(pk__in=[upload.pk for upload in said], turn__isnull=True).update(turn=again)
+    return taken, again
 
 
 @transaction.atomic

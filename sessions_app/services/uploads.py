@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.db import transaction
 
-from sessions_app.models import ChatSession, Upload
+from sessions_app.models import ChatSession, Turn, Upload
 from sessions_app.text import storable
 
 
@@ -20,3 +22,13 @@ def upload_record(*, session: ChatSession, path: str, size: int, sha256: str) ->
 def upload_forget(*, upload: Upload) -> None:
     """The next message no longer says ``upload`` arrived (a waiting one only)."""
     Upload.objects.filter(pk=upload.pk, turn__isnull=True).delete()
+
+
+@transaction.atomic
+def uploads_unsay(*, session: ChatSession, turns: Sequence[Turn]) -> None:
+    """``turns`` are taken back: the files their messages said arrived wait again, and the next message says them
+    (a file attached again since is said once, as attached last)."""
+    returning = Upload.objects.filter(session=session, turn__in=turns)
+    waiting = set(Upload.objects.filter(session=session, turn__isnull=True).values_list("path", flat=True))
+    returning.filter(path__in=waiting).delete()
+    returning.update(turn=None)
