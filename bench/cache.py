@@ -321,7 +321,7 @@ def record_session(work: Path, name: str, actions: Sequence[Action]) -> Recorded
     sent: list[Sent] = []
     clock = datetime(2026, 11, 30, 9, 0)
     with ScriptedServer(model=MODEL) as server:
-        workspace = Workspace.objects.create(name=name, folder=str(folder))
+        workspace = Workspace.objects.create(name=name, folder=str(folder), open_to_everyone=True, from_shell=True)
         endpoint = ModelEndpoint.objects.create(
             name=f"scripted-{name}", base_url=server.base_url, model=MODEL, context_window=CTX
         )

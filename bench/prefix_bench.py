@@ -124,7 +124,9 @@ def main() -> None:
         user, _ = get_user_model().objects.get_or_create(username="bench")
         folder = work / "ws"
         folder.mkdir()
-        workspace = Workspace.objects.create(name=f"bench-{work.name}", folder=str(folder))
+        workspace = Workspace.objects.create(
+            name=f"bench-{work.name}", folder=str(folder), open_to_everyone=True, from_shell=True
+        )
         endpoint = ModelEndpoint.objects.create(
             name=f"bench-{work.name}", base_url=servers["cachet"].base_url, model="bench", context_window=ctx
         )

@@ -92,7 +92,7 @@ def _build(sessions: int, turns: int) -> Any:
     rng = random.Random(1)
     person = User.objects.create_user("searcher", password="x")
     folder = Path(tempfile.mkdtemp(prefix="cachet-search-ws-"))
-    workspace = Workspace.objects.create(name="bench", folder=str(folder))
+    workspace = Workspace.objects.create(name="bench", folder=str(folder), open_to_everyone=True, from_shell=True)
     endpoint = ModelEndpoint.objects.create(name="bench", base_url="http://127.0.0.1:9/v1", model="m")
     seed = session_start(
         owner=person,
