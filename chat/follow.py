@@ -21,10 +21,10 @@ from asgiref.sync import sync_to_async
 from channels.layers import BaseChannelLayer, get_channel_layer
 from procrastinate.contrib.django import app
 
-from chat import worker
 from chat.agent.echo import EchoLine
 from chat.web import jobs
 from chat.web.publisher import ECHO
+from chat.worker import process as worker
 from sessions_app.errors import ReplyInProgress
 
 ASK_APPLICATION = "cachet-ask"  # the application_name of a terminal's own worker: not a worker others may count on

@@ -1,4 +1,5 @@
-"""Workers (``chat.worker``): replies run in ``manage.py worker`` processes; one killed mid-reply is noticed, its
+"""Workers (``chat.worker.process``): replies run in ``manage.py worker`` processes; one killed mid-reply is
+noticed, its
 turn marked interrupted with the text it had streamed, every tab told, and the session goes on: on the default
 layout (the Postgres channel layer, no Redis) and with Redis."""
 
@@ -20,10 +21,10 @@ from django.conf import settings
 from django.db import connection
 
 from cachet.redis_layer import RedisPubSubLayer, channel_prefix
-from chat import worker
 from chat.tools import tool_list
 from chat.web import jobs
 from chat.web.publisher import MESSAGE_TYPE, session_group
+from chat.worker import process as worker
 from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start
 from sessions_app.services.turns import step_draft_save, turn_start

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from chat import worker
+from chat.worker import process as worker
 
 
 def _forget_jobs() -> None:

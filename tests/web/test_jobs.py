@@ -121,7 +121,7 @@ async def test_a_hundred_replies_at_once_wait_their_turn_and_all_finish(
     assert [status for _, _, status in await sync_to_async(_turns)()] == [TurnStatus.DONE] * SESSIONS
     assert len(model.requests) == SESSIONS
     assert max(sampled.replying) == LIMIT, "the worker runs its concurrency of replies at once, never more"
-    pool = 4  # the queue's own connections (chat.worker.queue_connector)
+    pool = 4  # the queue's own connections (chat.worker.process.queue_connector)
     assert max(sampled.backends) <= before + LIMIT + pool + 2, "replies hold at most the limit's connections"
     everything = [json.loads(raw) for _, got in tabs for raw in got.raw]
     assert not any("notice error" in json.dumps(message) for message in everything)

@@ -1,5 +1,5 @@
 """``manage.py worker``: run replies, undo, rewind and compaction from the task queue, on any machine that
-reaches Cachet's Postgres (``chat.worker``)."""
+reaches Cachet's Postgres (``chat.worker.process``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from chat import worker
+from chat.worker import process as worker
 
 STOP_LIMIT_SECONDS = 15.0  # a stopping worker exits within this, before ``serve`` (20 s) or Docker (30 s) kills it
 
