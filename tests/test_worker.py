@@ -1,7 +1,6 @@
 """Workers (``chat.worker.process``): replies run in ``manage.py worker`` processes; one killed mid-reply is
-noticed, its
-turn marked interrupted with the text it had streamed, every tab told, and the session goes on: on the default
-layout (the Postgres channel layer, no Redis) and with Redis."""
+noticed, its turn marked interrupted with the text it had streamed, every tab told, and the session goes on: on the
+default layout (the Postgres channel layer, no Redis) and with Redis."""
 
 from __future__ import annotations
 
