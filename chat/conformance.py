@@ -14,18 +14,18 @@ import os
 import posixpath
 import shutil
 import tempfile
-import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from chat.agent.events import Compacted, ReplyEvent, RequestStarted, ResultStored, TurnEnded, TurnStarted
-from chat.agent.loop import ReplyLoop
-from chat.agent.model import Completion, StreamPiece, TextPiece, ToolCall, ToolCallPiece
+from chat.agent.loop import ReplyLoop, store
+from chat.agent.model import Cancel, Completion, StreamPiece, TextPiece, ToolCall, ToolCallPiece
 from chat.agent.uploads import UploadRefused, upload_write
 from chat.agent.workspace import sandbox_settings
 from chat.tools import tool_list
@@ -257,13 +257,13 @@ class _CaseAnswer:
         self.prompt_tokens = prompt_tokens
         self.completion: Completion | None = None
 
-    def start(self, *, wait: bool = True) -> None:
+    def start(self) -> None:
         pass
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
         pass
 
-    def __iter__(self) -> Iterator[StreamPiece]:
+    async def __aiter__(self) -> AsyncGenerator[StreamPiece, None]:
         answer, call_id = self.model.next_answer()
         calls: list[ToolCall] = []
         if answer.text:
@@ -301,7 +301,7 @@ class CaseModel:
         self.answers: collections.deque[_Answer] = collections.deque()
         self.calls = 0
 
-    def stream(self, body: bytes, *, cancel: threading.Event) -> _CaseAnswer:
+    def stream(self, body: bytes, *, cancel: Cancel) -> _CaseAnswer:
         return _CaseAnswer(self, -(-len(body) // CASE_BYTES_PER_TOKEN))
 
     def next_answer(self) -> tuple[_Answer, str]:
@@ -323,14 +323,14 @@ class CaseRun:
     session: ChatSession
     model: CaseModel
     loop: ReplyLoop
-    running: Iterator[ReplyEvent] | None = None
+    running: AsyncGenerator[ReplyEvent, None] | None = None
     reply_open: bool = False
 
-    def _next(self) -> ReplyEvent | None:
+    async def _next(self) -> ReplyEvent | None:
         assert self.running is not None
         try:
-            event = next(self.running)
-        except StopIteration:
+            event = await anext(self.running)
+        except StopAsyncIteration:
             self.running = None
             self.reply_open = False
             return None
@@ -338,94 +338,93 @@ class CaseRun:
             self.reply_open = isinstance(event, TurnStarted)
         return event
 
-    def _until(self, *kinds: type[ReplyEvent]) -> ReplyEvent | None:
+    async def _until(self, *kinds: type[ReplyEvent]) -> ReplyEvent | None:
         """Go on with the running action to its next event of ``kinds``; ``None`` when it ends first."""
         while self.running is not None:
-            event = self._next()
+            event = await self._next()
             if isinstance(event, kinds):
                 return event
         return None
 
-    def _finish(self) -> list[ReplyEvent]:
+    async def _finish(self) -> list[ReplyEvent]:
         """Run the running action to its end (the lock it holds goes with it)."""
         events: list[ReplyEvent] = []
         while self.running is not None:
-            event = self._next()
+            event = await self._next()
             if event is not None:
                 events.append(event)
         return events
 
-    def _start(self, action: Iterator[ReplyEvent]) -> None:
-        self._end_open_reply()
+    async def _start(self, action: AsyncGenerator[ReplyEvent, None]) -> None:
+        await self._end_open_reply()
         self.running = action
 
-    def _end_open_reply(self) -> None:
+    async def _end_open_reply(self) -> None:
         """An open reply is first ended with empty text."""
         if self.running is not None:
             if self.reply_open:
                 self.model.answers.append(_Answer(text=""))
-            self._finish()
+            await self._finish()
 
-    def _ensure_reply(self) -> None:
+    async def _ensure_reply(self) -> None:
         if not self.reply_open:
-            self._start(self.loop.send("go"))
-            self._until(TurnStarted)
+            await self._start(self.loop.send("go"))
+            await self._until(TurnStarted)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         if self.running is not None:
-            close = getattr(self.running, "close", None)
-            if close is not None:
-                close()
+            await self.running.aclose()
             self.running = None
             self.reply_open = False
 
-    def step(self, step: Mapping[str, Any]) -> StepText:
+    async def step(self, step: Mapping[str, Any]) -> StepText:
         if "user" in step:
-            self._start(self.loop.send(str(step["user"])))
-            started = self._until(TurnStarted)
+            await self._start(self.loop.send(str(step["user"])))
+            started = await self._until(TurnStarted)
             assert isinstance(started, TurnStarted)
             return StepText(started.turn.message)
         if "tool" in step:
-            return self._tool(str(step["tool"]), step.get("args", {}))
+            return await self._tool(str(step["tool"]), step.get("args", {}))
         if "reply" in step:
-            self._ensure_reply()
+            await self._ensure_reply()
             self.model.answers.append(_Answer(text=str(step["reply"])))
-            ended = self._until(TurnEnded)
-            self._finish()
+            ended = await self._until(TurnEnded)
+            await self._finish()
             assert isinstance(ended, TurnEnded)
-            return StepText(ended.turn.reply_text)
+            return StepText(await store(lambda: ended.turn.reply_text))
         if "change" in step:
-            return self._change(step["change"])
+            return await store(self._change, step["change"])
         if "undo" in step:
-            self._start(self.loop.undo())
-            self._finish()
+            await self._start(self.loop.undo())
+            await self._finish()
             return StepText("")
         if "rewind" in step:
-            self._start(self.loop.rewind(int(step["rewind"])))
-            self._finish()
+            await self._start(self.loop.rewind(int(step["rewind"])))
+            await self._finish()
             return StepText("")
         if "regenerate" in step:
-            self._start(self.loop.regenerate())
-            started = self._until(TurnStarted)
+            await self._start(self.loop.regenerate())
+            started = await self._until(TurnStarted)
             assert isinstance(started, TurnStarted)
             return StepText(started.turn.message)
         if "compact" in step:
             summary = _Answer(text=str(step["compact"]))
-            generation = self._compacted_in_reply(summary) if self.reply_open else None
+            generation = await self._compacted_in_reply(summary) if self.reply_open else None
             if generation is None:
-                self._start(self.loop.compact())
+                await self._start(self.loop.compact())
                 self.model.answers.append(summary)
-                compacted = [event for event in self._finish() if isinstance(event, Compacted)]
+                compacted = [event for event in await self._finish() if isinstance(event, Compacted)]
                 generation = compacted[0].generation
             return StepText(generation.system_prompt, table=generation.table)
         if "set_mode" in step:
-            session_set_mode(session=self.session, mode=str(step["set_mode"]))
+            await store(session_set_mode, session=self.session, mode=str(step["set_mode"]))
             return StepText("")
         if "set_date" in step:
             self.loop.date = str(step["set_date"])
             return StepText("")
         if "set_instructions" in step:
-            self.session = session_settings_set(
+            self.session = await store(
+                session_settings_set,
                 session=self.session,
                 instructions=str(step["set_instructions"]),
                 temperature=self.session.temperature,
@@ -433,39 +432,40 @@ class CaseRun:
             )
             return StepText("")
         if "attach" in step:
-            return self._attach(step["attach"])
+            return await store(self._attach, step["attach"])
         if "retry_model" in step:
-            self._end_open_reply()
-            self.session = session_model_switch(
-                session=self.session, endpoint=self.session.endpoint, model_name=str(step["retry_model"])
-            )
-            self._start(self.loop.regenerate())
-            started = self._until(TurnStarted)
+            await self._end_open_reply()
+            self.session = await store(self._model_switched, str(step["retry_model"]))
+            await self._start(self.loop.regenerate())
+            started = await self._until(TurnStarted)
             assert isinstance(started, TurnStarted)
             return StepText(started.turn.message)
         if "request" in step:
-            built = self.loop.next_request()
+            built = await store(self.loop.next_request)
             return StepText(render_request(built.messages, built.tools), roles=[m["role"] for m in built.messages])
         raise StepFailure("no action")
 
-    def _compacted_in_reply(self, summary: _Answer) -> Generation | None:
+    def _model_switched(self, model_name: str) -> ChatSession:
+        return session_model_switch(session=self.session, endpoint=self.session.endpoint, model_name=model_name)
+
+    async def _compacted_in_reply(self, summary: _Answer) -> Generation | None:
         """Where the open reply's next request asks for a summary (it would not fit the window, so the reply is
         compacted while it runs), answer it, and go on until the reply's next request is sent from the new
         generation; ``None`` where it asks for the next step, the reply still open."""
-        started = self._until(RequestStarted)
+        started = await self._until(RequestStarted)
         if not isinstance(started, RequestStarted) or started.request.kind != RequestKind.COMPACTION:
             return None
         self.model.answers.append(summary)
-        compacted = self._until(Compacted)
+        compacted = await self._until(Compacted)
         if not isinstance(compacted, Compacted):
             raise StepFailure("the compaction inside the reply made no new generation")
-        self._until(RequestStarted)
+        await self._until(RequestStarted)
         return compacted.generation
 
-    def _tool(self, name: str, args: Any) -> StepText:
-        self._ensure_reply()
+    async def _tool(self, name: str, args: Any) -> StepText:
+        await self._ensure_reply()
         self.model.answers.append(_Answer(call=(name, json.dumps(args, ensure_ascii=False))))
-        stored = self._until(ResultStored)
+        stored = await self._until(ResultStored)
         if not isinstance(stored, ResultStored):
             raise StepFailure(f"the call to {name} stored no result")
         return StepText(stored.result.inserted_text, full=stored.result.full_text)
@@ -495,6 +495,27 @@ class CaseRun:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(str(change["content"]).encode("utf-8"))
         return StepText("")
+
+
+async def _played(run: CaseRun, steps: list[Mapping[str, Any]], root: str) -> str | None:
+    """Play the case's steps through the reply loop (its store calls on the caller's thread, inside the case's
+    transaction); the first failure, said as the case's result says it."""
+    try:
+        for number, step in enumerate(steps, start=1):
+            step = _substitute(step, root)
+            try:
+                got = await run.step(step)
+            except StoreError as error:
+                run.running, run.reply_open = None, False
+                got = StepText(str(error))
+            except StepFailure as error:
+                return f"step {number}: {error}"
+            failure = check(step, got)
+            if failure is not None:
+                return f"step {number}: {failure}"
+        return None
+    finally:
+        await run.close()
 
 
 CASE_WORKSPACE = "workspace"
@@ -568,23 +589,7 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
                     max_steps=MAX_STEPS,
                 )
                 run = CaseRun(case=case, root=root, session=session, model=model, loop=loop)
-                try:
-                    for number, step in enumerate(case["steps"], start=1):
-                        step = _substitute(step, str(root))
-                        try:
-                            got = run.step(step)
-                        except StoreError as error:
-                            run.running, run.reply_open = None, False
-                            got = StepText(str(error))
-                        except StepFailure as error:
-                            outcome.failure = f"step {number}: {error}"
-                            break
-                        failure = check(step, got)
-                        if failure is not None:
-                            outcome.failure = f"step {number}: {failure}"
-                            break
-                finally:
-                    run.close()
+                outcome.failure = async_to_sync(_played)(run, case["steps"], str(root))
             finally:
                 transaction.set_rollback(True)
     except FormatError as error:

@@ -1,11 +1,13 @@
 """A job asked from a terminal (``manage.py ask``): queued as a tab queues one, and followed through the channel
 layer.
 
-Where a worker is alive (``manage.py worker``, or the one ``serve`` starts), the job goes to the queue the workers
-take jobs from; the worker sends the terminal its lines (:mod:`chat.agent.echo`) and, last, how it ended, while
-every open tab of the session follows the reply as well, and a Stop from any of them stops it. Where none is, the
-terminal's own process runs a worker for this one job (on a queue of the job's own, so it takes nobody else's):
-scripts and CI need no server, and the tabs follow all the same.
+The terminal joins the session's group as a tab does and hears the same typed events (``chat.wire``); it prints
+those of its own job (from the job's ``running`` to its ``job_ended``) as :mod:`chat.agent.echo` says, and what the
+job tells the asker comes to its own channel. Where a worker is alive (``manage.py worker``, or the one ``serve``
+starts), the job goes to the queue the workers take jobs from, and every open tab of the session follows the reply
+as well; a Stop from any of them stops it. Where none is, the terminal's own process runs a worker for this one job
+(on a queue of the job's own, so it takes nobody else's, and with its cache checks run by the job itself): scripts
+and CI need no server, and the tabs follow all the same.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from asgiref.sync import sync_to_async
 from channels.layers import BaseChannelLayer, get_channel_layer
 from procrastinate.contrib.django import app
 
-from chat.agent.echo import EchoLine
-from chat.web import jobs
-from chat.web.publisher import ECHO
+from chat import wire
+from chat.actions import QUEUE, Action
+from chat.agent.echo import EchoLine, echo_lines, result_line
+from chat.web import queueing
 from chat.worker import process as worker
 from sessions_app.errors import ReplyInProgress
 
@@ -45,36 +48,49 @@ class Followed:
     heard_end: bool = False  # its end reached the terminal (else its worker died, or it was taken out of the queue)
 
 
+def _result_line(result_id: int) -> str:
+    from sessions_app.models import Result
+
+    inserted = Result.objects.filter(pk=result_id).values_list("inserted_text", flat=True).first()
+    return result_line(inserted or "")
+
+
 def _queued_state(job_id: int) -> str | None:
     from procrastinate.contrib.django.models import ProcrastinateJob
 
     return ProcrastinateJob.objects.filter(pk=job_id).values_list("status", flat=True).first()
 
 
-async def follow(session_id: int, action: jobs.Action, *, write: Callable[[EchoLine], None]) -> Followed:
+async def follow(session_id: int, action: Action, *, write: Callable[[EchoLine], None]) -> Followed:
     """Queue ``action`` for the session and follow it to its end, each of its lines given to ``write``; Ctrl-C
     stops it (a second one stops waiting for it)."""
     layer = get_channel_layer()
     assert layer is not None, "CHANNEL_LAYERS is configured"
     channel = await layer.new_channel()
-    here = not await sync_to_async(worker.worker_alive)()
-    queue = f"ask-{uuid.uuid4().hex}" if here else jobs.QUEUE
-    application = ASK_APPLICATION if here else f"{ASK_APPLICATION}-defer"
-    connector = await sync_to_async(worker.queue_connector)(application_name=application)
-    async with worker.queue_open(connector):
-        if await sync_to_async(jobs.busy)(session_id):
-            return Followed(failure=str(ReplyInProgress()))
-        job_id = await jobs.start(session_id, action, reply_to=None, echo_to=channel, queue=queue)
-        if job_id is None:
-            return Followed(failure=str(ReplyInProgress()))
-        working = asyncio.create_task(_work_here(queue)) if here else None
-        try:
-            return await _followed(layer, channel, session_id, job_id, write, working)
-        finally:
-            if working is not None:
-                working.cancel()  # its job has ended (or was never taken): nothing is left for it to do
-                with contextlib.suppress(asyncio.CancelledError):
-                    await working
+    await layer.group_add(wire.session_group(session_id), channel)
+    try:
+        here = not await sync_to_async(worker.worker_alive)()
+        queue = f"ask-{uuid.uuid4().hex}" if here else QUEUE
+        application = ASK_APPLICATION if here else f"{ASK_APPLICATION}-defer"
+        connector = await sync_to_async(worker.queue_connector)(application_name=application)
+        async with worker.queue_open(connector):
+            if await sync_to_async(queueing.busy)(session_id):
+                return Followed(failure=str(ReplyInProgress()))
+            queued = await queueing.start(session_id, action, reply_to=channel, queue=queue, checks_queued=not here)
+            if queued is None:
+                return Followed(failure=str(ReplyInProgress()))
+            job_id = queued.job_id
+            working = asyncio.create_task(_work_here(queue)) if here else None
+            try:
+                return await _followed(layer, channel, session_id, job_id, write, working)
+            finally:
+                if working is not None:
+                    working.cancel()  # its job has ended (or was never taken): nothing is left for it to do
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await working
+    finally:
+        with contextlib.suppress(Exception):
+            await layer.group_discard(wire.session_group(session_id), channel)
 
 
 async def _work_here(queue: str) -> None:
@@ -115,7 +131,7 @@ async def _followed(
         event_loop.add_signal_handler(signal.SIGINT, on_interrupt)
     receiving = asyncio.ensure_future(layer.receive(channel))
     interrupt = asyncio.ensure_future(interrupted.wait())
-    stopping: asyncio.Task[None] | None = None
+    stopping: asyncio.Task[bool] | None = None
     heard = told_queued = False
     vanished = 0
     waited = 0.0
@@ -126,24 +142,31 @@ async def _followed(
             )
             if interrupt in done and stopping is None:
                 followed.stopped = True
-                stopping = asyncio.create_task(jobs.stop(session_id))
+                stopping = asyncio.create_task(queueing.stop(session_id))
             if receiving in done:
                 message = receiving.result()
                 receiving = asyncio.ensure_future(layer.receive(channel))
-                heard = True
-                if message.get("type") == ECHO:
-                    for line in message.get("lines", []):
-                        write(line)
-                elif message.get("type") == jobs.TURN:
-                    followed.turn_id = int(message["turn_id"])
-                elif message.get("type") == jobs.ENDED:
+                try:
+                    event = wire.checked(message)
+                except wire.WireError:
+                    continue
+                name = event["event"]
+                if name == "job" and event["job"] == job_id and event["state"] == "running":
+                    heard = True
+                if not heard and name not in wire.TO_ONE and name != "job_ended":
+                    continue  # another job's, before this one ran
+                if name == "turn_started":
+                    followed.turn_id = event["turn"]
+                elif name == "job_ended" and event["job"] == job_id:
                     followed.heard_end = True
-                    followed.failure = str(message.get("failure") or "")
-                    followed.request_ids = [int(pk) for pk in message.get("request_ids", [])]
-                    turn_id = message.get("turn_id")
-                    if turn_id is not None:
-                        followed.turn_id = int(turn_id)
+                    followed.failure = event["failure"]
+                    followed.request_ids = list(event["requests"])
+                    if event["turn"] is not None:
+                        followed.turn_id = event["turn"]
                     return followed
+                line = await sync_to_async(_result_line)(event["result"]) if name == "result_stored" else ""
+                for echoed in echo_lines(event, result_line=line):
+                    write(echoed)
             if done:
                 continue
             waited += WATCH_SECONDS
@@ -151,13 +174,13 @@ async def _followed(
             if state is None:
                 vanished += 1
                 if vanished >= VANISHED_LOOKS:  # taken out before it ran, or its worker died
-                    followed.failure = jobs.STOPPED_WAITING if followed.stopped and not heard else WORKER_STOPPED
+                    followed.failure = queueing.STOPPED_WAITING if followed.stopped and not heard else WORKER_STOPPED
                     return followed
                 continue
             vanished = 0
             if state == "todo" and not heard and not told_queued and waited >= QUEUED_NOTICE_SECONDS:
                 told_queued = True
-                write({"err": True, "text": jobs.QUEUED, "ending": "\n"})
+                write({"err": True, "text": queueing.QUEUED, "ending": "\n"})
             if working is not None and working.done():
                 working.result()  # the terminal's own worker stopped before its job ended: say why
                 raise RuntimeError("the worker of this terminal stopped before its job ended")

@@ -1,18 +1,42 @@
-"""The task queue's tasks (Procrastinate finds this module in each app): a session's action, run by a worker."""
+"""The task queue's tasks (Procrastinate finds this module in each app): a session's action, and a request's cache
+check, both run by workers."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from procrastinate import JobContext
 from procrastinate.contrib.django import app
 
-from chat.web import jobs
+from chat.actions import CHECKS_QUEUE, QUEUE, action_from
 
 
-@app.task(name="cachet.session_action", queue=jobs.QUEUE)
+@app.task(name="cachet.session_action", queue=QUEUE, pass_context=True)
 async def session_action(
-    *, session_id: int, action: dict[str, Any], reply_to: str | None, echo_to: str | None = None
+    context: JobContext, *, session_id: int, action: dict[str, Any], reply_to: str | None, checks_queued: bool = True
 ) -> None:
-    """Run the session's action (a reply, an undo, …) with its events relayed to the session's tabs (and its lines to
-    the terminal that asked, where one did)."""
-    await jobs.run(session_id, jobs.action_from(action), reply_to=reply_to, echo_to=echo_to)
+    """Run the session's action (a reply, an undo, …), its events published to the session's tabs and the notices
+    for the one that asked to ``reply_to``; its cache checks queued as jobs of their own (run by the job itself,
+    once the session is free, where not ``checks_queued``)."""
+    from chat.agent.cache_check import CheckSpec
+    from chat.worker import jobs
+
+    async def check_later(spec: CheckSpec) -> None:
+        await cache_check.defer_async(spec=spec.as_json())
+
+    job_id = context.job.id or 0
+    await jobs.run(
+        session_id,
+        job_id,
+        action_from(action),
+        reply_to=reply_to,
+        check_later=check_later if checks_queued else None,
+    )
+
+
+@app.task(name="cachet.cache_check", queue=CHECKS_QUEUE)
+async def cache_check(*, spec: dict[str, Any]) -> None:
+    """Check what a finished request should have found cached, store it, and show it to the session's tabs."""
+    from chat.worker import checks
+
+    await checks.run(spec)

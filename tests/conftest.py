@@ -14,7 +14,6 @@ from django.test import TransactionTestCase
 
 from cachet import pg_layer
 from chat.tools import tool_list
-from chat.web import jobs
 from sessions_app.models import ChatSession, ModelEndpoint, Workspace
 from sessions_app.services.sessions import session_start
 from testing.scripted_server import ScriptedServer
@@ -219,7 +218,6 @@ def server() -> Iterator[ScriptedServer]:
 def model() -> Iterator[ScriptedServer]:
     with ScriptedServer(model="scripted") as server:
         yield server
-        jobs.wait_idle(timeout=20, cancel=True)
 
 
 @pytest.fixture

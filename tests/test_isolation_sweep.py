@@ -432,10 +432,6 @@ async def test_a_removed_member_is_refused_every_socket_action_but_stop_and_read
 ) -> None:
     import json
 
-    from asgiref.sync import sync_to_async
-
-    from chat.web import jobs
-
     def remove() -> tuple[dict[str, bytes], tuple[int, int, int, int]]:
         Workspace.objects.filter(pk=owned.session.workspace_id).update(open_to_everyone=False)
         owned.session.workspace.members.add(other_user)
@@ -474,7 +470,6 @@ async def test_a_removed_member_is_refused_every_socket_action_but_stop_and_read
         assert await communicator.receive_nothing(timeout=0.3), "stop is taken, with nothing to stop"
     finally:
         await communicator.disconnect()
-        await sync_to_async(jobs.wait_idle)(20, cancel=True)
     assert await database_sync_to_async(_folder)(workspace_dir) == files
     assert await database_sync_to_async(_stored)(owned) == stored
     assert len(scripted.requests) == asked

@@ -40,3 +40,49 @@ def test_the_test_parts_are_not_a_shipped_package() -> None:
 def test_the_store_imports_nothing_of_the_chat() -> None:
     for path, names in imported_modules("sessions_app").items():
         assert not [name for name in names if name == "chat" or name.startswith("chat.")], path
+
+
+REPLY_PATH = (
+    "chat/actions.py",
+    "chat/wire.py",
+    "chat/tasks.py",
+    "chat/agent/loop.py",
+    "chat/agent/cache_check.py",
+    "chat/agent/placement.py",
+    "chat/agent/budget.py",
+    "chat/agent/model",
+    "chat/tools",
+    "chat/worker/jobs.py",
+    "chat/worker/checks.py",
+    "chat/worker/publish.py",
+    "chat/web/consumers.py",
+    "chat/web/tabs.py",
+    "chat/web/publish.py",
+    "chat/web/queueing.py",
+)
+SCHEDULING = frozenset(
+    {"Thread", "ThreadPoolExecutor", "ProcessPoolExecutor", "new_event_loop", "run_coroutine_threadsafe"}
+    | {"to_thread", "run_in_executor", "run", "Timer", "Barrier", "Semaphore", "BoundedSemaphore", "Condition"}
+)
+
+
+def _calls(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            owner = node.func.value if isinstance(node.func, ast.Attribute) else None
+            if name == "run" and not (isinstance(owner, ast.Name) and owner.id == "asyncio"):
+                continue  # subprocess.run and the like; asyncio.run starts an event loop
+            if name in SCHEDULING:
+                found.append((node.lineno, name))
+    return found
+
+
+def test_nothing_in_a_replys_path_starts_a_thread_a_pool_or_an_event_loop_of_its_own() -> None:
+    """A reply runs on the task queue's and asyncio's concurrency only (DESIGN, "The path of a reply")."""
+    paths = [ROOT / part for part in REPLY_PATH]
+    files = [file for path in paths for file in (sorted(path.rglob("*.py")) if path.is_dir() else [path])]
+    assert len(files) > len(REPLY_PATH)
+    started = {str(file.relative_to(ROOT)): calls for file in files if (calls := _calls(file))}
+    assert started == {}

@@ -16,8 +16,10 @@ failing: a server that cannot be asked gives no check.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -242,3 +244,118 @@ def check_request(
         parted=found[0] if found is not None else None,
         promised_tokens=promised_tokens,
     )
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """What the cache check of one request needs, as a queued job's arguments carry it (``as_json``): the request,
+    the server, both bodies, the messages its bytes promised to share, and whether its break was unexpected.
+    ``previous_known``: the previous body is one this process built (its messages parse as sent)."""
+
+    request_id: int
+    base_url: str
+    previous_body: bytes
+    body: bytes
+    promised_messages: int
+    harness_break: bool
+    previous_known: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        """The spec as JSON, the bodies compressed (a long session's request is hundreds of kilobytes)."""
+        return {
+            "request_id": self.request_id,
+            "base_url": self.base_url,
+            "previous_body": _packed(self.previous_body),
+            "body": _packed(self.body),
+            "promised_messages": self.promised_messages,
+            "harness_break": self.harness_break,
+            "previous_known": self.previous_known,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CheckSpec:
+        return cls(
+            request_id=int(data["request_id"]),
+            base_url=str(data["base_url"]),
+            previous_body=_unpacked(str(data["previous_body"])),
+            body=_unpacked(str(data["body"])),
+            promised_messages=int(data["promised_messages"]),
+            harness_break=bool(data["harness_break"]),
+            previous_known=bool(data.get("previous_known", False)),
+        )
+
+
+def _packed(data: bytes) -> str:
+    return base64.b64encode(zlib.compress(data, 6)).decode("ascii")
+
+
+def _unpacked(text: str) -> bytes:
+    return zlib.decompress(base64.b64decode(text))
+
+
+def spec_checked(spec: CheckSpec, *, api_key: str | None, reported_cached: int | None) -> CacheCheck | None:
+    """Ask the server and judge the request of ``spec`` (synchronous: it waits on the server, and reads no
+    store); ``None`` where there is nothing to say."""
+    parsed = _messages_and_tools(spec.body)
+    if parsed is None:
+        return None
+    messages, tools = parsed
+    return check_request(
+        base_url=spec.base_url,
+        api_key=api_key,
+        previous_body=spec.previous_body,
+        body=spec.body,
+        messages=messages,
+        tools=tools,
+        promised_messages=spec.promised_messages,
+        harness_break=spec.harness_break,
+        reported_cached=reported_cached,
+    )
+
+
+def _request_of(spec: CheckSpec) -> tuple[str | None, int | None] | None:
+    """The endpoint's API key and the cached tokens the server reported, of the request of ``spec``."""
+    from sessions_app.models import ModelRequest
+
+    request = ModelRequest.objects.select_related("session__endpoint").filter(pk=spec.request_id).first()
+    if request is None:
+        return None
+    return request.session.endpoint.api_key or None, request.cached_tokens
+
+
+def spec_stored(spec: CheckSpec, check: CacheCheck) -> Any:
+    """Store ``check`` on the request of ``spec``; the request as stored."""
+    from sessions_app.models import ModelRequest
+    from sessions_app.services.requests import request_record_cache_check
+
+    return request_record_cache_check(
+        request=ModelRequest.objects.get(pk=spec.request_id),
+        expected_cached_tokens=check.expected_cached,
+        miss=check.miss,
+        tokens_lost=check.tokens_lost,
+        message=check.message,
+        before=check.before,
+        after=check.after,
+    )
+
+
+async def run_check(spec: CheckSpec) -> Any:
+    """Check the request of ``spec`` and store the check: the request as stored, or ``None`` where there was
+    nothing to store. The server is asked off the event loop (asyncio's executor); the store is read and written
+    on the caller's store thread. A check that fails is logged and fails nothing else."""
+    from asgiref.sync import sync_to_async
+
+    try:
+        known = await sync_to_async(_request_of, thread_sensitive=True)(spec)
+        if known is None:
+            return None
+        api_key, reported = known
+        check = await sync_to_async(spec_checked, thread_sensitive=False)(
+            spec, api_key=api_key, reported_cached=reported
+        )
+        if check is None:
+            return None
+        return await sync_to_async(spec_stored, thread_sensitive=True)(spec, check)
+    except Exception:
+        logger.exception("the cache check of request %s failed", spec.request_id)
+        return None

@@ -1,21 +1,12 @@
-"""What a terminal following a job (``manage.py ask``) prints of each event of the reply loop: lines the worker
-running the job sends to the terminal's channel, in order, as they happen."""
+"""What a terminal following a job (``manage.py ask``) prints of each typed event (``chat.wire``) it hears: the
+streamed text as it comes, a line per tool call and result, what the asker is told (on standard output where it
+is information, on standard error where it is a warning or an error), nothing for the rest."""
 
 from __future__ import annotations
 
-from typing import TypedDict
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
-from chat.agent.events import (
-    Compacted,
-    Notice,
-    ReplyEvent,
-    ResultStored,
-    TextDelta,
-    ToolCalled,
-    TurnEnded,
-    TurnsTakenBack,
-    taken_back_text,
-)
 from sessions_app.text import storable
 
 
@@ -31,27 +22,27 @@ def _out(text: str, ending: str = "\n") -> EchoLine:
     return {"err": False, "text": text, "ending": ending}
 
 
-def _err(text: str) -> EchoLine:
-    return {"err": True, "text": text, "ending": "\n"}
-
-
-def echo_lines(event: ReplyEvent) -> list[EchoLine]:
-    """What the terminal prints of ``event`` (nothing for most of them)."""
-    match event:
-        case TextDelta(text=text) if event.turn_number:
-            return [_out(storable(text), "")]
-        case ToolCalled(name=name) if event.turn_number:
-            return [_out(f"\n[{name}]", "")]
-        case ResultStored(result=result):
-            first = result.inserted_text.splitlines()[0] if result.inserted_text else ""
-            return [_out(f"\n  {first}")]
-        case TurnsTakenBack(turns=turns, conflicts=conflicts) if turns:
-            text = taken_back_text(event, [turn.position for turn in reversed(turns)])
-            return ([_out(text)] if text else []) + [_out(f"Not restored: {conflict}") for conflict in conflicts]
-        case Compacted():
-            return [_out("Compacted: the next turn starts from the summary.")]
-        case Notice(text=text, lines=lines):
-            return [_err(text)] + [_err(f"  {line}") for line in lines]
-        case TurnEnded():
+def echo_lines(event: Mapping[str, Any], *, result_line: str = "") -> list[EchoLine]:
+    """What the terminal prints of ``event`` (a checked event); ``result_line``: the first line of the result a
+    ``result_stored`` event names, read by the caller."""
+    match event["event"]:
+        case "text":
+            return [_out(storable(event["text"]), "")]
+        case "tool_called":
+            return [_out(f"\n[{event['name']}]", "")]
+        case "result_stored":
+            return [_out(f"\n  {result_line}")]
+        case "notice":
+            err = event["level"] != "info"
+            return [
+                {"err": err, "text": text, "ending": "\n"}
+                for text in [event["text"], *(f"  {line}" for line in event["lines"])]
+            ]
+        case "turn_ended":
             return [_out("")]
     return []
+
+
+def result_line(inserted_text: str) -> str:
+    """The line a terminal prints of a stored result: its first."""
+    return inserted_text.splitlines()[0] if inserted_text else ""

@@ -5,6 +5,7 @@ relays what the session's group is sent; the reply itself never depends on this 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
@@ -15,20 +16,25 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocke
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 
-from chat.web import fragments, jobs
+from chat import wire
+from chat.actions import Action, Compact, Edit, Flip, Regenerate, Rewind, Send, Undo
+from chat.web import fragments, queueing, tabs
 from chat.web.forms import model_for, parse_model_choice
 from chat.web.messages import Op, pack
-from chat.web.publisher import MESSAGE_TYPE, session_group
+from chat.web.publish import ask_live, publish
 from chat.web.socket_store import store_call
-from chat.web.sync import PageState, catch_up, chart_page_put
+from chat.web.sync import PageState, catch_up
 from sessions_app.errors import ReplyInProgress, WorkspaceRefused
 from sessions_app.models import ChatSession
 from sessions_app.selectors.sessions import session_get, workspace_refusal
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_model_switch, session_set_mode
 
+logger = logging.getLogger(__name__)
+
 NOT_FOUND = 4404
 LOGGED_OUT = 4401
+STOP_UNSENT = "Cachet could not reach the reply to stop it (the channel layer is away); try again in a moment."
 MODEL_REFUSED_RUNNING = "A reply is running in this session; change the model once it has finished or been stopped."
 
 
@@ -105,13 +111,13 @@ class Said(TypedDict):
     text: str
 
 
-class Restore(TypedDict):
+class RestoreChoice(TypedDict):
     """Whether taking turns back restores the files they changed."""
 
     restore: bool
 
 
-class Rewind(TypedDict):
+class RewindChoice(TypedDict):
     turn: int
     restore: bool
 
@@ -122,7 +128,7 @@ class Edited(TypedDict):
     restore: bool
 
 
-class Flip(TypedDict):
+class FlipChoice(TypedDict):
     turn: int
 
 
@@ -156,15 +162,15 @@ def _said(frame: Frame) -> Said | Notice:
     return Said(text=text)
 
 
-def _restore(frame: Frame) -> Restore:
-    return Restore(restore=_flag(frame.get("restore")))
+def _restore(frame: Frame) -> RestoreChoice:
+    return RestoreChoice(restore=_flag(frame.get("restore")))
 
 
-def _rewind(frame: Frame) -> Rewind | Notice:
+def _rewind(frame: Frame) -> RewindChoice | Notice:
     number = _number(frame.get("turn"))
     if number is None:
         return Notice("Rewind needs the number of a turn.")
-    return Rewind(turn=number, restore=_flag(frame.get("restore")))
+    return RewindChoice(turn=number, restore=_flag(frame.get("restore")))
 
 
 def _edited(frame: Frame) -> Edited | Notice:
@@ -177,11 +183,11 @@ def _edited(frame: Frame) -> Edited | Notice:
     return Edited(turn=number, text=said["text"], restore=_flag(frame.get("restore")))
 
 
-def _flip(frame: Frame) -> Flip | Notice:
+def _flip(frame: Frame) -> FlipChoice | Notice:
     number = _number(frame.get("turn"))
     if number is None:
         return Notice("Switching branches needs the number of a turn.")
-    return Flip(turn=number)
+    return FlipChoice(turn=number)
 
 
 def _mode_choice(frame: Frame) -> ModeChoice:
@@ -233,25 +239,14 @@ def _asker(scope: dict[str, Any], session_id: int, *, acting: bool, changing: bo
     return _Asker(user, session, refused is None and acting and _running(session_id), refused)
 
 
-@dataclass(frozen=True)
-class _ModelChanged:
-    ops: list[Op]
-    revision: int
-
-
-def _model_change(session: ChatSession, endpoint: object, model: str) -> _ModelChanged | None:
-    """Change the session's model as the message asks; ``None`` when it already is that one."""
+def _model_change(session: ChatSession, endpoint: object, model: str) -> ChatSession | None:
+    """Change the session's model as the message asks; the session changed, or ``None`` when it already is on that
+    one."""
     choice = parse_model_choice(endpoint)
     model_name = model_for(choice, model)
     if (choice.endpoint.pk, model_name) == (session.endpoint_id, session.model_name):
         return None
-    window = fragments.chart_window(session)
-    changed = session_model_switch(session=session, endpoint=choice.endpoint, model_name=model_name)
-    text = f"The model is now {changed.model_name}: the next request reads the conversation again."
-    ops: list[Op] = [fragments.model_put(changed), fragments.notice_put(text)]
-    if fragments.chart_window(changed) != window:
-        ops.append(chart_page_put(changed))
-    return _ModelChanged(ops, changed.revision)
+    return session_model_switch(session=session, endpoint=choice.endpoint, model_name=model_name)
 
 
 class NotFoundConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
@@ -279,21 +274,33 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.close(code=NOT_FOUND)
             return
         self.session_id = session_id
-        await self.channel_layer.group_add(session_group(session_id), self.channel_name)
+        await self.channel_layer.group_add(wire.session_group(session_id), self.channel_name)
         self.joined = True
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         if self.joined:
-            await self.channel_layer.group_discard(session_group(self.session_id), self.channel_name)
+            await self.channel_layer.group_discard(wire.session_group(self.session_id), self.channel_name)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
-        # What a reply sends its tabs is relayed as it is: no database, so not the thread hop Channels makes
-        # before every handler to close stale connections (once per streamed message per tab).
-        if message.get("type") == MESSAGE_TYPE:
-            await self.send(text_data=message["text"])
+        # An event is shown here without the thread hop Channels makes before every handler to close stale
+        # connections (once per streamed piece per tab); what is read from the store goes through store_call.
+        if message.get("type") == wire.EVENT:
+            await self.show_event(message)
             return
         await super().dispatch(message)
+
+    async def show_event(self, message: Mapping[str, Any]) -> None:
+        """Bring the page up to date with a typed event of its session."""
+        try:
+            event = wire.checked(message)
+        except wire.WireError as error:
+            logger.warning("session %s: an event not of its schema was dropped: %s", self.session_id, error)
+            return
+        if event["session"] != self.session_id:
+            return
+        for text in await tabs.page_messages(event):
+            await self.send(text_data=text)
 
     async def show(self, *ops: Op) -> None:
         for text in pack(list(ops)):
@@ -371,42 +378,47 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         for text in caught.messages:
             await self.send(text_data=text)
         if caught.running:
-            await jobs.ask_live(self.session_id, self.channel_name)
+            await ask_live(self.session_id, self.channel_name)
 
     async def live(self, nothing: Nothing, session: ChatSession) -> None:
-        await jobs.ask_live(self.session_id, self.channel_name)
+        await ask_live(self.session_id, self.channel_name)
 
     async def send_message(self, said: Said, session: ChatSession) -> None:
-        if not await self.start(jobs.Send(words=said["text"].strip())):
+        if not await self.start(Send(words=said["text"].strip())):
             await self.show(fragments.composer_put(said["text"]))
 
     async def stop(self, nothing: Nothing, session: ChatSession) -> None:
-        await jobs.stop(self.session_id)
+        if not await queueing.stop(self.session_id):
+            await self.notice(STOP_UNSENT)
 
-    async def undo(self, restore: Restore, session: ChatSession) -> None:
-        await self.start(jobs.Undo(restore=restore["restore"]))
+    async def undo(self, restore: RestoreChoice, session: ChatSession) -> None:
+        await self.start(Undo(restore=restore["restore"]))
 
-    async def rewind(self, rewind: Rewind, session: ChatSession) -> None:
-        await self.start(jobs.Rewind(turn=rewind["turn"], restore=rewind["restore"]))
+    async def rewind(self, rewind: RewindChoice, session: ChatSession) -> None:
+        await self.start(Rewind(turn=rewind["turn"], restore=rewind["restore"]))
 
-    async def regenerate(self, restore: Restore, session: ChatSession) -> None:
-        await self.start(jobs.Regenerate(restore=restore["restore"]))
+    async def regenerate(self, restore: RestoreChoice, session: ChatSession) -> None:
+        await self.start(Regenerate(restore=restore["restore"]))
 
     async def edit(self, edited: Edited, session: ChatSession) -> None:
-        await self.start(jobs.Edit(turn=edited["turn"], words=edited["text"].strip(), restore=edited["restore"]))
+        await self.start(Edit(turn=edited["turn"], words=edited["text"].strip(), restore=edited["restore"]))
 
-    async def flip(self, flip: Flip, session: ChatSession) -> None:
-        await self.start(jobs.Flip(turn=flip["turn"]))
+    async def flip(self, flip: FlipChoice, session: ChatSession) -> None:
+        await self.start(Flip(turn=flip["turn"]))
 
     async def compact(self, nothing: Nothing, session: ChatSession) -> None:
-        await self.start(jobs.Compact())
+        await self.start(Compact())
 
-    async def start(self, action: jobs.Action) -> bool:
+    async def start(self, action: Action) -> bool:
         """Queue ``action`` for a worker; every tab of the session shows it running from now on."""
-        if self.running or await jobs.start(self.session_id, action, reply_to=self.channel_name) is None:
+        queued = None if self.running else await queueing.start(self.session_id, action, reply_to=self.channel_name)
+        if queued is None:
             await self.notice(str(ReplyInProgress()))
             return False
-        await self.show(fragments.notice_put(""))
+        if queued.told:
+            await self.show(fragments.notice_put(""))
+        else:  # the channel layer is away: this tab, at least, shows its job queued
+            await self.show(fragments.notice_put(""), fragments.controls_put(running=True, label=queueing.QUEUED))
         return True
 
     async def set_mode(self, choice: ModeChoice, session: ChatSession) -> None:
@@ -415,9 +427,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         except ValueError as error:
             await self.notice(str(error))
             return
-        put = await store_call(fragments.mode_put)(session)
-        for text in pack([put]):
-            await self.channel_layer.group_send(session_group(self.session_id), {"type": MESSAGE_TYPE, "text": text})
+        await publish(wire.mode_set_message(self.session_id, mode=session.mode))
         await self.notice(f"Mode {session.mode}: it takes effect as a note on your next message.", level="info")
 
     async def change_model(self, choice: ModelChoice, session: ChatSession) -> None:
@@ -437,11 +447,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.notice(f"The model is already {session.model_name}.", level="info")
             return
         if change is not None:
-            group = session_group(self.session_id)
-            for text in pack(change.ops, rev=change.revision):
-                await self.channel_layer.group_send(group, {"type": MESSAGE_TYPE, "text": text})
+            await publish(wire.model_changed_message(self.session_id, revision=change.revision))
         if choice["retry"]:  # Retry with…: the last reply asked again, on the model just chosen
-            await self.start(jobs.Regenerate(restore=False))
+            await self.start(Regenerate(restore=False))
 
 
 # Every request a tab may send, by its type. Stop changes nothing of the session: a removed member may still stop.

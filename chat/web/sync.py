@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chat.web import chart, fragments, jobs
+from chat.web import chart, fragments, queueing
 from chat.web.display import PAGE_TURNS, CompactionView, transcript_page, turn_views
 from chat.web.messages import Op, pack
 from sessions_app.models import ChatSession, Generation, ModelRequest, Turn, TurnStatus
@@ -40,7 +40,7 @@ def catch_up(session_id: int, state: PageState) -> CatchUp:
     session = session_by_id(session_id=session_id)
     revision = session.revision
     replying = reply_running(session)
-    running = replying or jobs.busy(session_id)
+    running = replying or queueing.busy(session_id)
     ops: list[Op] = []
     model_changed = state.revision < revision and _model_changed(session, state)
     if state.revision < revision:
@@ -52,7 +52,9 @@ def catch_up(session_id: int, state: PageState) -> CatchUp:
         ops.extend(_bar_changes(session, state))
     ops.extend(
         [
-            fragments.controls_put(running=running, label="Replying…" if replying else jobs.QUEUED if running else ""),
+            fragments.controls_put(
+                running=running, label="Replying…" if replying else queueing.QUEUED if running else ""
+            ),
             fragments.mode_put(session),
             fragments.title_put(session),
             fragments.attachments_put(session),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
@@ -17,11 +16,12 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
 
+from chat.actions import Send
 from chat.agent.budget import Window, window_of
 from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.agent.uploads import UploadRefused
 from chat.tools import tool_list
-from chat.web import chart, fragments, jobs
+from chat.web import chart, fragments, queueing
 from chat.web.attachments import attach_files, attachments_context, too_large
 from chat.web.display import call_target, result_id, result_status, single_turn, transcript_page
 from chat.web.forms import (
@@ -159,7 +159,7 @@ def session_new(request: HttpRequest) -> HttpResponse:
                 attach_problems = [f"Nothing was sent: {error} Choose the files again."]
             else:
                 words = form.cleaned_data["text"].strip()
-                async_to_sync(jobs.start)(session.pk, jobs.Send(words=words), reply_to=None)
+                queueing.defer(session.pk, Send(words=words))
                 return redirect("session", session_id=session.pk)
     private_refused = ""
     try:

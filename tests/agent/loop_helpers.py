@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 from chat.agent.events import Compacted, ReplyEvent, TextDelta, TurnEnded, TurnsTakenBack
 from sessions_app.models import Generation, Turn
+from testing.drive import run_to_end
 
 
 @dataclass
@@ -36,6 +37,10 @@ class Ran:
         return "".join(event.text for event in self.events if isinstance(event, TextDelta))
 
 
-def run(action: Iterable[ReplyEvent]) -> Ran:
-    """Iterate ``action`` to its end."""
-    return Ran(list(action))
+Each = Callable[[ReplyEvent], None]
+
+
+def run(action: AsyncGenerator[ReplyEvent, None], *, each: Each | None = None) -> Ran:
+    """Iterate ``action`` to its end (its store calls on the test's thread, inside the test's transaction), calling
+    ``each`` with every event as it comes (on the test's thread too: it may change the store, set a cancel)."""
+    return Ran(run_to_end(action, each=each))

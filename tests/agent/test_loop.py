@@ -12,9 +12,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from chat.agent.events import BranchFlipped, ResultStored, TextDelta, TurnEnded
+from chat.agent.events import BranchFlipped, ReplyEvent, ResultStored, TextDelta, TurnEnded
 from chat.agent.loop import ReplyLoop
-from chat.agent.model import Timeouts
+from chat.agent.model import Cancel, Timeouts
 from chat.tools import tool_list
 from sessions_app.errors import FolderRefused, NotAMember, ReplyInProgress
 from sessions_app.models import (
@@ -395,17 +395,17 @@ def test_server_down_is_a_clear_error(scripted_session: ChatSession) -> None:
 
 def test_stop_interrupts_the_reply_and_keeps_what_came(scripted: ScriptedServer, scripted_session: ChatSession) -> None:
     scripted.push(Step(text="word " * 200, chunk_size=5, delay=0.05))
-    cancel = threading.Event()
+    cancel = Cancel()
     deltas = 0
-    turn = None
-    for event in _loop(scripted_session, cancel=cancel).send("talk"):
+
+    def stop_at_the_fifth_piece(event: ReplyEvent) -> None:
+        nonlocal deltas
         if isinstance(event, TextDelta):
             deltas += 1
             if deltas == 5:
                 cancel.set()
-        if isinstance(event, TurnEnded):
-            turn = event.turn
-    assert turn is not None
+
+    turn = run(_loop(scripted_session, cancel=cancel).send("talk"), each=stop_at_the_fifth_piece).turn
     assert turn.status == TurnStatus.INTERRUPTED
     assert turn.reply_text.startswith("word word")
     assert len(turn.reply_text) < len("word " * 200), "stopped in the middle of the answer, not at its end"
@@ -425,7 +425,7 @@ def test_stop_ends_a_running_grep_and_its_rg(
             handle.write(line * ((1 << 20) // len(line)))
     request.addfinalizer((workspace_dir / "big.txt").unlink)
     scripted.push(Step(tool_calls=[("grep", {"pattern": r"(\w+\s+){20}$"})]), Step(text="Not asked."))
-    cancel = threading.Event()
+    cancel = Cancel()
     seen: dict[int, str] = {}
 
     def stop_when_rg_runs() -> None:
@@ -661,10 +661,14 @@ def test_commands_switched_off_mid_session_answer_the_unavailable_text(
         Step(text="still off"),
     )
     switched = False
-    for event in _loop(scripted_session).send("run things"):
+
+    def switch_off(event: ReplyEvent) -> None:
+        nonlocal switched
         if isinstance(event, ResultStored) and not switched:
             Workspace.objects.filter(pk=scripted_session.workspace_id).update(allow_commands=False)
             switched = True
+
+    run(_loop(scripted_session).send("run things"), each=switch_off)
     run(_loop(scripted_session).send("again"))
     unavailable = (
         "run is not available: commands are switched off for this workspace now. Say which command you would "
@@ -689,10 +693,13 @@ def test_the_mode_and_the_membership_are_read_before_every_call_in_one_query(
         Step(tool_calls=[("write", {"path": "b.txt", "content": "b\n"})]),
         Step(text="done"),
     )
+
+    def plan_after_the_read(event: ReplyEvent) -> None:
+        if isinstance(event, ResultStored) and event.result.tool == "read":
+            session_set_mode(session=scripted_session, mode="plan")  # the write that follows is refused
+
     with CaptureQueriesContext(connection) as queries:
-        for event in _loop(scripted_session).send("read, then write"):
-            if isinstance(event, ResultStored) and event.result.tool == "read":
-                session_set_mode(session=scripted_session, mode="plan")  # the write that follows is refused
+        run(_loop(scripted_session).send("read, then write"), each=plan_after_the_read)
     mode_reads = [
         q for q in queries.captured_queries if q["sql"].startswith('SELECT "sessions_app_chatsession"."mode"')
     ]
@@ -757,11 +764,12 @@ def test_a_removal_during_a_reply_ends_it_before_its_next_tool_call_reads_includ
         ),
         Step(text="never asked"),
     )
-    events = []
-    for event in _loop(scripted_session).send("read, then write"):
-        events.append(event)
+
+    def remove_after_a_result(event: ReplyEvent) -> None:
         if isinstance(event, ResultStored):
             _removed(scripted_session, other_user)
+
+    events = run(_loop(scripted_session).send("read, then write"), each=remove_after_a_result).events
     ended = [event.turn for event in events if isinstance(event, TurnEnded)]
     assert len(ended) == 1 and ended[0].status == TurnStatus.FAILED
     error = (

@@ -1,23 +1,26 @@
-"""The cache check runs beside the reply: the next request does not wait for the server to render and tokenize
-the last one, every check is stored by the time the action ends, and a check that fails fails nothing."""
+"""The cache check never holds the session: a loop hands its checks to a worker's queue or, with none, runs them once
+the reply has ended and the session is let go; every check is stored by the time the action ends, and a check that
+fails fails nothing."""
 
 from __future__ import annotations
 
+import json
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import chat.agent.loop as loop_module
-from chat.agent.events import CacheChecked, ReplyEvent, RequestFinished, RequestStarted
+from chat import wire
+from chat.agent import cache_check
+from chat.agent.cache_check import CheckSpec
+from chat.agent.events import CacheChecked, ReplyEvent, RequestFinished, RequestStarted, TurnEnded
 from chat.agent.loop import ReplyLoop
 from chat.agent.model import Timeouts
-from chat.agent.model.stream import IDLE_SECONDS
 from chat.tools import tool_list
-from chat.web.publisher import Publisher, _Send
+from chat.web import tabs
 from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, TurnStatus, Workspace
+from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_start
 from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
@@ -25,7 +28,6 @@ from tests.agent.loop_helpers import run
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FAST = Timeouts(connect=2.0, first_token=5.0, between_chunks=5.0)
-HELD_AT_MOST = 20.0  # then the checks answer, and the test fails if the third request had waited for them
 
 
 def _session(user: Any, workspace: Workspace, server: ScriptedServer) -> ChatSession:
@@ -51,61 +53,48 @@ def _where(
     )
 
 
-def test_the_next_request_goes_out_while_the_last_ones_check_still_runs(
+def test_the_checks_run_once_the_session_is_let_go_and_the_requests_never_wait_for_them(
     user: Any, workspace: Workspace, notes: Path
 ) -> None:
-    # From the first request on (before it, the loop counts it with the server's tokenizer), the server renders
-    # and tokenizes nothing until the third request has come.
-    held = threading.Event()
-    held.set()
-
-    def until_the_third_request() -> None:
-        server.wait_requests(1, timeout=HELD_AT_MOST)
-        held.clear()
-        server.wait_requests(3, timeout=HELD_AT_MOST)
-        held.set()
-
-    with ScriptedServer(n_ctx=50_000, server_api_held=held) as server:
+    """Without a worker to hand them to, the action runs its checks itself once the reply has ended and the
+    session's lock is let go: a new message may come meanwhile."""
+    with ScriptedServer(n_ctx=50_000, server_api_delay=0.3) as server:
         session = _session(user, workspace, server)
         _three_steps(server)
-        opener = threading.Thread(target=until_the_third_request)
-        opener.start()
-        try:
-            events = run(ReplyLoop(session, client_timeouts=FAST).send("read the notes twice")).events
-        finally:
-            held.set()
-            opener.join()
+        running_at_check: list[bool] = []
+
+        def seen(event: ReplyEvent) -> None:
+            if isinstance(event, CacheChecked):
+                running_at_check.append(reply_running(session))
+
+        events = run(ReplyLoop(session, client_timeouts=FAST).send("read the notes twice"), each=seen).events
     first, second, third = ModelRequest.objects.filter(session=session).order_by("id")
     assert first.expected_cached_tokens is None, "the first request has nothing to be compared with"
     for request in (second, third):
         assert request.expected_cached_tokens is not None and request.expected_cached_tokens > 0
         assert request.cache_miss == ""
-    assert _where(events, RequestStarted, third) < _where(events, CacheChecked, second), (
-        "the third request did not wait for the second one's check"
-    )
-    assert _where(events, CacheChecked, third) > _where(events, RequestFinished, third)
+    ended = next(index for index, event in enumerate(events) if isinstance(event, TurnEnded))
+    assert _where(events, CacheChecked, second) > ended and _where(events, CacheChecked, third) > ended
+    assert running_at_check == [False, False], "the session is free while its checks run"
     assert not any(isinstance(event, CacheChecked) and event.request.pk == first.pk for event in events)
 
 
-def test_a_finished_check_is_stored_while_the_model_is_quiet_never_between_an_answer_and_the_next_request(
+def test_a_loop_with_a_place_for_its_checks_hands_them_on_and_runs_none(
     user: Any, workspace: Workspace, notes: Path
 ) -> None:
+    handed: list[CheckSpec] = []
+
+    async def later(spec: CheckSpec) -> None:
+        handed.append(spec)
+
     with ScriptedServer(n_ctx=50_000) as server:
         session = _session(user, workspace, server)
-        server.push(
-            Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]),
-            Step(text="Once more.", tool_calls=[("read", {"path": "notes.md", "offset": 2})]),
-            Step(text="Again.", tool_calls=[("read", {"path": "notes.md", "offset": 3})]),
-            Step(text="Done.", chunk_size=100, delay=IDLE_SECONDS * 2),  # the model thinks before its first token
-        )
-        events = run(ReplyLoop(session, client_timeouts=FAST).send("read the notes")).events
-    _, second, third, fourth = ModelRequest.objects.filter(session=session).order_by("id")
-    # The third and fourth requests followed the answers before them at once: the second's check waited.
-    assert _where(events, CacheChecked, second) > _where(events, RequestStarted, fourth)
-    # The model was quiet before its fourth answer: the checks done by then were stored meanwhile.
-    assert _where(events, CacheChecked, second) < _where(events, RequestFinished, fourth)
-    assert _where(events, CacheChecked, third) < _where(events, RequestFinished, fourth)
-    assert _where(events, CacheChecked, fourth) > _where(events, RequestFinished, fourth)
+        _three_steps(server)
+        ran = run(ReplyLoop(session, client_timeouts=FAST, checks=later).send("read the notes twice"))
+    _, second, third = ModelRequest.objects.filter(session=session).order_by("id")
+    assert [spec.request_id for spec in handed] == [second.pk, third.pk]
+    assert not any(isinstance(event, CacheChecked) for event in ran.events)
+    assert [CheckSpec.from_json(json.loads(json.dumps(spec.as_json()))) for spec in handed] == handed
 
 
 def test_a_check_that_fails_is_logged_and_the_reply_goes_on(
@@ -114,11 +103,11 @@ def test_a_check_that_fails_is_logged_and_the_reply_goes_on(
     def broken(**_: object) -> None:
         raise RuntimeError("the tokenizer fell over")
 
-    monkeypatch.setattr(loop_module, "check_request", broken)
+    monkeypatch.setattr(cache_check, "spec_checked", broken)
     with ScriptedServer(n_ctx=50_000) as server:
         session = _session(user, workspace, server)
         _three_steps(server)
-        with caplog.at_level(logging.ERROR, logger="chat.agent.loop"):
+        with caplog.at_level(logging.ERROR, logger="chat.agent.cache_check"):
             ran = run(ReplyLoop(session, client_timeouts=FAST).send("read the notes twice"))
     assert ran.turn.status == TurnStatus.DONE and ran.turn.reply_text.endswith("Done.")
     assert not any(isinstance(event, CacheChecked) for event in ran.events)
@@ -127,23 +116,23 @@ def test_a_check_that_fails_is_logged_and_the_reply_goes_on(
 
 
 def test_a_checked_request_redraws_its_bar_with_the_check(user: Any, workspace: Workspace, notes: Path) -> None:
+    bars: dict[int, list[str]] = {}
+
+    def shown(event: ReplyEvent) -> None:
+        """Each request's bar as a tab is shown it when the event comes."""
+        if isinstance(event, RequestFinished | CacheChecked):
+            message = wire.checked(wire.event_message(event.request.session_id, event))
+            texts = tabs.FROM_STORE[message["event"]](message)
+            bars.setdefault(event.request.pk, []).extend(text for text in texts if f'"bar-{event.request.pk}"' in text)
+
     with ScriptedServer(n_ctx=50_000) as server:
         session = _session(user, workspace, server)
         _three_steps(server)
-        sent: list[str] = []
-
-        def put(item: object) -> None:
-            if isinstance(item, _Send):
-                sent.append(item.text)
-
-        publisher = Publisher(session, put=put, reply_to=None, label="")
-        for event in ReplyLoop(session, client_timeouts=FAST).send("read the notes twice"):
-            publisher.publish(event)
+        run(ReplyLoop(session, client_timeouts=FAST).send("read the notes twice"), each=shown)
     third = ModelRequest.objects.filter(session=session).order_by("id")[2]
-    bars = [text for text in sent if f'"bar-{third.pk}"' in text]
-    assert len(bars) == 2, "drawn when the request finished, again when its check was stored"
-    assert "expected cached" not in bars[0] and "expected cached" in bars[1]
-    assert "cache miss: none" in bars[1]
+    assert len(bars[third.pk]) == 2, "drawn when the request finished, again when its check was stored"
+    assert "expected cached" not in bars[third.pk][0] and "expected cached" in bars[third.pk][1]
+    assert "cache miss: none" in bars[third.pk][1]
 
 
 def test_each_request_is_rendered_by_the_server_once_and_kept_by_its_bytes(

@@ -12,10 +12,11 @@ import pytest
 from django.db import connections
 
 from chat.agent import loop as loop_module
-from chat.agent.events import TextDelta
+from chat.agent.events import ReplyEvent, TextDelta
 from chat.agent.loop import DRAFT_SECONDS, ReplyLoop
 from sessions_app.models import ChatSession, StepDraft, TurnStatus
 from testing.scripted_server import ScriptedServer, Step
+from tests.agent.loop_helpers import run
 from tests.clock import Clock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,10 +30,12 @@ def test_the_streamed_text_is_saved_as_it_streams(
     clock = Clock()
     monkeypatch.setattr(loop_module, "time", clock)  # the loop's clock: a second passes when the test says so
     scripted.push(Step(text=TEXT, chunk_size=6))
-    streamed = ""
+    streamed = at_the_second = ""
     deltas = 0
     saved: list[tuple[str, str]] = []  # (what had streamed a second after the stream began, the draft then)
-    for event in ReplyLoop(scripted_session).send("talk slowly"):
+
+    def watch(event: ReplyEvent) -> None:
+        nonlocal streamed, deltas, at_the_second
         if isinstance(event, TextDelta):
             deltas += 1
             if deltas == 4:  # a second after the first save of nothing: this delta's text goes in the next save
@@ -42,6 +45,8 @@ def test_the_streamed_text_is_saved_as_it_streams(
                 draft = StepDraft.objects.filter(turn__session=scripted_session, number=1).first()
                 saved.append((at_the_second, draft.text if draft is not None else ""))
             streamed += event.text
+
+    run(ReplyLoop(scripted_session).send("talk slowly"), each=watch)
     assert saved, "the stream had more than five pieces"
     at_the_second, draft_text = saved[0]
     assert draft_text == at_the_second, "the draft is what had streamed once a second passed"
@@ -59,25 +64,29 @@ def test_a_database_lost_mid_reply_ends_the_turn_interrupted_with_what_had_strea
     monkeypatch.setattr(loop_module, "time", clock)
     scripted.push(Step(text=TEXT, chunk_size=6))
     deltas = 0
-    events = ReplyLoop(scripted_session).send("talk slowly")
-    for event in events:
+    drafts: list[str] = []
+
+    def cut(event: ReplyEvent) -> None:
+        nonlocal deltas
         if isinstance(event, TextDelta):
             deltas += 1
             if deltas == 4:
                 clock.advance(DRAFT_SECONDS)  # the next piece saves the draft
             elif deltas == 6:
-                draft = StepDraft.objects.get(turn__session=scripted_session, number=1)
-                assert draft.text
+                drafts.append(StepDraft.objects.get(turn__session=scripted_session, number=1).text)
+                assert drafts[0]
                 with connections["default"].cursor() as cursor:
                     cursor.execute("SELECT pg_backend_pid()")
                     (pid,) = cursor.fetchone()
                 with _another_connection() as other:
                     other.execute("SELECT pg_terminate_backend(%s)", [pid])
                 clock.advance(DRAFT_SECONDS)  # the next save finds the connection gone
+
+    run(ReplyLoop(scripted_session).send("talk slowly"), each=cut)
     turn = scripted_session.turns.get()
     assert turn.status == TurnStatus.INTERRUPTED
     assert turn.error == loop_module.DATABASE_LOST
-    assert turn.reply_text.startswith(draft.text), "what had been saved as it streamed is the reply's text"
+    assert turn.reply_text.startswith(drafts[0]), "what had been saved as it streamed is the reply's text"
     assert not StepDraft.objects.filter(turn=turn).exists()
 
 

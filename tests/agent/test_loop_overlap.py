@@ -1,16 +1,15 @@
-"""Between two requests of a reply the model server waits only for what the next request needs: the step and its
-results stored, the request recorded. The answer's own record and the events of the step and its results follow
-once the next request is on its way; the last request's bytes are kept once, as the action ends."""
+"""Between two requests of a reply the model server waits only for what the next request needs: the answer, the step
+and its results stored (none of them waiting for the disk unless a call may change something), the request
+recorded; each is shown as soon as it is stored. The last request's bytes are kept once, as the action ends."""
 
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -26,12 +25,13 @@ from chat.agent.events import (
     TurnStarted,
 )
 from chat.agent.loop import ReplyLoop
-from chat.agent.model import HttpModel, ModelStream
+from chat.agent.model import Cancel, HttpModel, ModelStream
 from sessions_app.errors import StoreError
 from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, TurnStatus
 from sessions_app.selectors.requests import RequestBuilder, previous_request
 from sessions_app.services.durability import WITHOUT_WAITING
 from testing.scripted_server import ScriptedServer, Step
+from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,20 +43,23 @@ def _two_reads_then_answer(scripted: ScriptedServer, workspace_dir: Path) -> Non
     scripted.push(Step(text="Done."))
 
 
-def test_the_next_request_is_sent_before_the_step_and_its_results_are_published(
+def test_a_step_and_its_results_are_shown_as_soon_as_they_are_stored(
     scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path
 ) -> None:
     _two_reads_then_answer(scripted, workspace_dir)
     kinds: list[str] = []
     recorded_when_step_shown: list[int] = []
     unfinished_when_step_shown: list[int] = []
-    for event in ReplyLoop(scripted_session).send("read it twice"):
+
+    def seen(event: ReplyEvent) -> None:
         if not isinstance(event, TextDelta):
             kinds.append(type(event).__name__)
         if isinstance(event, StepStored):
             requests = ModelRequest.objects.filter(session=scripted_session)
             recorded_when_step_shown.append(requests.count())
             unfinished_when_step_shown.append(requests.filter(status=RequestStatus.SENDING).count())
+
+    run(ReplyLoop(scripted_session).send("read it twice"), each=seen)
     assert kinds == [
         "TurnStarted",
         "RequestStarted",
@@ -74,8 +77,8 @@ def test_the_next_request_is_sent_before_the_step_and_its_results_are_published(
         "StepStored",
         "TurnEnded",
     ], "the events keep their order"
-    assert recorded_when_step_shown == [2, 3, 3], "a step with calls is shown once the next request is recorded"
-    assert unfinished_when_step_shown == [1, 1, 0], "…and sent; its own request's record came first"
+    assert recorded_when_step_shown == [1, 2, 3], "a step is shown before the next request is recorded"
+    assert unfinished_when_step_shown == [0, 0, 0], "…and after its own request's record"
     assert len(scripted.requests) == 3
     assert all(r.status == RequestStatus.DONE for r in ModelRequest.objects.filter(session=scripted_session))
 
@@ -85,8 +88,7 @@ def test_the_last_requests_bytes_are_kept_once_as_the_action_ends(
 ) -> None:
     _two_reads_then_answer(scripted, workspace_dir)
     with CaptureQueriesContext(connection) as queries:
-        for _ in ReplyLoop(scripted_session).send("read it twice"):
-            pass
+        run(ReplyLoop(scripted_session).send("read it twice"))
     kept = [q["sql"] for q in queries.captured_queries if "sessions_app_lastrequest" in q["sql"]]
     assert len([sql for sql in kept if sql.startswith("INSERT")]) == 1, kept
     last = ModelRequest.objects.filter(session=scripted_session).order_by("-id").first()
@@ -94,8 +96,7 @@ def test_the_last_requests_bytes_are_kept_once_as_the_action_ends(
     assert last is not None and hashlib.sha256(body).hexdigest() == last.body_sha256
     assert body == scripted.requests[-1]
     scripted.push(Step(text="Again."))
-    for _ in ReplyLoop(scripted_session).send("and now?"):
-        pass
+    run(ReplyLoop(scripted_session).send("and now?"))
     newest = ModelRequest.objects.filter(session=scripted_session).order_by("-id").first()
     assert newest is not None and newest.break_cause == BreakCause.NEW_TURN
     assert newest.shared_prefix_bytes >= newest.expected_shared_bytes > 0
@@ -107,12 +108,13 @@ def test_a_reply_stopped_between_steps_records_everything_and_keeps_the_last_req
     (workspace_dir / "a.py").write_text("print('a')\n")
     scripted.push(Step(tool_calls=[("read", {"path": "a.py"})]))
     scripted.push(Step(text="x" * 400, chunk_size=4, delay=0.01))
-    cancel = threading.Event()
-    seen: list[ReplyEvent] = []
-    for event in ReplyLoop(scripted_session, cancel=cancel).send("read, then talk"):
-        seen.append(event)
+    cancel = Cancel()
+
+    def stop_at_the_text(event: ReplyEvent) -> None:
         if isinstance(event, TextDelta):
             cancel.set()
+
+    seen = run(ReplyLoop(scripted_session, cancel=cancel).send("read, then talk"), each=stop_at_the_text).events
     assert isinstance(seen[0], TurnStarted) and isinstance(seen[-1], TurnEnded)
     assert seen[-1].turn.status == TurnStatus.INTERRUPTED
     assert [type(e) for e in seen if isinstance(e, StepStored | ResultStored | RequestFinished | RequestStarted)] == [
@@ -135,12 +137,15 @@ def test_a_closed_action_still_records_the_answer_it_held(
     scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path
 ) -> None:
     _two_reads_then_answer(scripted, workspace_dir)
-    action = ReplyLoop(scripted_session).send("read it twice")
-    assert isinstance(action, Generator)
-    for event in action:
-        if isinstance(event, ResultStored):
-            break  # the step's answer and result are out; the next request is on its way
-    action.close()
+
+    async def closed_after_a_result() -> None:
+        action = ReplyLoop(scripted_session).send("read it twice")
+        async for event in action:
+            if isinstance(event, ResultStored):
+                break  # the step's answer and result are out
+        await action.aclose()
+
+    async_to_sync(closed_after_a_result)()
     statuses = list(
         ModelRequest.objects.filter(session=scripted_session).order_by("id").values_list("status", flat=True)
     )
@@ -173,8 +178,7 @@ def _statements(session: ChatSession, words: str, monkeypatch: Any) -> list[str]
 
     monkeypatch.setattr(connection, "_commit", noted_commit)
     with connection.execute_wrapper(note):
-        for _ in ReplyLoop(session).send(words):
-            pass
+        run(ReplyLoop(session).send(words))
     return statements
 
 
@@ -189,7 +193,7 @@ def _waits(statements: list[str], index: int) -> bool:
     return not any(WITHOUT_WAITING in sql for sql in statements[begun:ended])
 
 
-def test_a_steps_results_reach_the_disk_once_the_next_request_is_sent(
+def test_a_reply_that_only_reads_waits_for_the_disk_once_as_its_turn_ends(
     scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path, monkeypatch: Any
 ) -> None:
     (workspace_dir / "a.py").write_text("print('a')\n")
@@ -205,13 +209,9 @@ def test_a_steps_results_reach_the_disk_once_the_next_request_is_sent(
     assert len(finishes) == 1
     assert not any(_waits(statements, i) for i in results), "a result's commit does not wait…"
     assert not any(_waits(statements, i) for i in requests), "…nor the record of the request that carries it…"
-    first_answer = answers[0]
-    assert requests[1] < first_answer < steps[1] and _waits(statements, first_answer), (
-        "…the first answer's record does, once the second request is sent and before its answer is read…"
-    )
-    assert not any(_waits(statements, i) for i in steps), "a step that only reads or ends the reply goes with it"
-    assert finishes[0] > steps[-1] and _waits(statements, finishes[0]), "…and the turn's end waits"
-    assert not _waits(statements, answers[1]), "the last answer's record goes with the turn's end"
+    assert not any(_waits(statements, i) for i in answers), "…nor an answer's record…"
+    assert not any(_waits(statements, i) for i in steps), "…nor a step that only reads or ends the reply"
+    assert finishes[0] > steps[-1] and _waits(statements, finishes[0]), "the turn's end waits, and takes them along"
 
 
 @pytest.mark.parametrize("tool", ["write", "edit", "run"])
@@ -238,12 +238,10 @@ def test_a_new_turns_history_is_read_once(
 ) -> None:
     settings.CACHET_CHECK_REQUESTS = False  # that check reads the history again at every step, by design
     scripted.push(Step(text="First."))
-    for _ in ReplyLoop(scripted_session).send("one"):
-        pass
+    run(ReplyLoop(scripted_session).send("one"))
     scripted.push(Step(text="Second."))
     with CaptureQueriesContext(connection) as queries:
-        for _ in ReplyLoop(scripted_session).send("two"):
-            pass
+        run(ReplyLoop(scripted_session).send("two"))
     reasoning_reads = [q["sql"] for q in queries.captured_queries if '"reasoning" AS "reasoning"' in q["sql"]]
     assert len(reasoning_reads) == 1, "the compaction check's history is the request's history"
     second = scripted_session.turns.order_by("-number").first()
@@ -255,12 +253,12 @@ def test_a_new_turns_history_is_read_once(
 def test_a_request_whose_record_fails_is_stopped_and_the_turn_fails_with_the_words_kept(
     scripted_session: ChatSession, scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The request goes out while its record is written; where the record fails, the answer is stopped."""
+    """The request is recorded before it goes out: where the record fails, nothing is sent."""
     scripted.push(Step(text="x" * 400, chunk_size=4, delay=0.05))  # five seconds of answer, never read
     streams: list[ModelStream] = []
     plain_stream = HttpModel.stream
 
-    def watched(model: HttpModel, body: bytes, *, cancel: threading.Event) -> ModelStream:
+    def watched(model: HttpModel, body: bytes, *, cancel: Cancel) -> ModelStream:
         stream = plain_stream(model, body, cancel=cancel)
         streams.append(stream)
         return stream
@@ -270,9 +268,9 @@ def test_a_request_whose_record_fails_is_stopped_and_the_turn_fails_with_the_wor
 
     monkeypatch.setattr(HttpModel, "stream", watched)
     monkeypatch.setattr(loop_module, "request_record_start", failing)
-    events = list(ReplyLoop(scripted_session).send("hello there"))
+    events = run(ReplyLoop(scripted_session).send("hello there")).events
     ended = events[-1]
     assert isinstance(ended, TurnEnded) and ended.turn.status == TurnStatus.FAILED
     assert ended.turn.words == "hello there" and "database is unavailable" in ended.turn.error
     assert not ModelRequest.objects.filter(session=scripted_session).exists()
-    assert len(streams) == 1 and streams[0].closed, "the answer was stopped"
+    assert streams == [] and scripted.requests == [], "nothing was sent"

@@ -1,12 +1,11 @@
 """The chat websocket, through the whole ASGI stack (origin check, session auth, routing), against the
-scripted model server; jobs' threads do the replies."""
+scripted model server; a worker of the task queue on the test's event loop does the replies."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
-import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from html import unescape
@@ -14,7 +13,6 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
@@ -22,9 +20,10 @@ from django.conf import settings
 from django.test import Client
 
 from cachet.asgi import application
-from chat.web import jobs
+from chat import wire
+from chat.web import queueing
 from chat.web.messages import MESSAGE_LIMIT
-from chat.web.publisher import MESSAGE_TYPE, Relay, session_group
+from chat.worker import jobs
 from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Turn, TurnStatus, Workspace
 from testing.scripted_server import ScriptedServer, Step
 from tests.worker_kit import running_worker
@@ -59,7 +58,6 @@ async def fresh_layer() -> AsyncIterator[None]:
     await layer.flush()
     async with running_worker():
         yield
-        await settle()
 
 
 @dataclass
@@ -150,10 +148,6 @@ async def connected(
     return communicator, got
 
 
-async def settle() -> None:
-    await sync_to_async(jobs.wait_idle)(20, cancel=True)
-
-
 async def test_anonymous_is_refused(live_session: ChatSession) -> None:
     communicator = socket(live_session.pk, None)
     ok, _ = await communicator.connect()
@@ -176,7 +170,7 @@ async def test_another_user_is_closed_with_4404(live_session: ChatSession, bob_c
     assert ok and (await missing.receive_output(timeout=5))["code"] == 4404
 
 
-async def test_a_reply_streams_in_coalesced_pieces_and_ends_stored(
+async def test_a_reply_streams_piece_by_piece_with_offsets_and_ends_stored(
     live_session: ChatSession, ada_cookie: str, model: ScriptedServer
 ) -> None:
     model.push(
@@ -188,8 +182,9 @@ async def test_a_reply_streams_in_coalesced_pieces_and_ends_stored(
     await until(communicator, got, idle)
     assert got.text[(1, 1)] == "Reading."
     assert got.text[(1, 2)] == "It has **30** lines. " + LONG
-    pieces = len("It has **30** lines. " + LONG) // 2
-    assert got.live_messages < pieces / 2, "deltas of about 50 ms go out as one message"
+    pieces = len("Reading.") // 2 + len("It has **30** lines. " + LONG) // 2 + len("Count them.") // 2
+    assert got.live_messages <= pieces + 8, "a message per piece at most (pieces read together go as one)"
+    assert got.gaps == 0
     assert 'id="turn-1"' in got.puts["turn-1"] and 'data-status="done"' in got.puts["turn-1"]
     assert "<strong>30</strong>" in got.puts["turn-1"] and "Count them." in got.puts["turn-1"]
     assert any(key.startswith("call-") and "#0001" in html for key, html in got.puts.items())
@@ -201,29 +196,19 @@ async def test_a_reply_streams_in_coalesced_pieces_and_ends_stored(
     await communicator.disconnect()
 
 
-async def test_markdown_renders_while_it_streams_at_most_every_tenth_of_a_second(
+async def test_the_server_renders_no_markdown_while_a_step_streams_and_the_stored_step_once(
     live_session: ChatSession, ada_cookie: str, model: ScriptedServer
 ) -> None:
     text = "It has **30** lines:\n\n- one\n- two\n\n" + LONG
-    model.push(Step(text=text, chunk_size=4, delay=0.01))
+    model.push(Step(text=text, chunk_size=4, delay=0.005))
     communicator, got = await connected(live_session.pk, ada_cookie)
     await communicator.send_json_to({"type": "send", "text": "How long?"})
-    started = asyncio.get_running_loop().time()
-    renders: list[tuple[float, str]] = []
-
-    def rendered(message: dict[str, Any]) -> bool:
-        for op in message.get("ops", []):
-            if op["id"].startswith("render-1-"):
-                renders.append((asyncio.get_running_loop().time(), op["html"]))
-        return idle(message)
-
-    await until(communicator, got, rendered)
-    assert any("<strong>30</strong>" in html for _, html in renders), "formatted before the step ended"
-    assert any("<ul>\n<li>one</li>" in html for _, html in renders)
-    tails = [at for at, html in renders if 'class="md-chunk md-tail"' in html]
-    streaming = renders[-1][0] - started
-    assert 3 <= len(tails) <= streaming / 0.1 + 2, "the tail is rendered again at most about every 100 ms"
-    assert LONG[-20:] in got.puts["turn-1"] and 'class="md-chunk' not in got.puts["turn-1"]
+    await until(communicator, got, idle)
+    assert got.text[(1, 1)] == text, "the page renders the raw text it is sent"
+    assert not any(key.startswith("render-") for key in got.puts)
+    rendered = [raw for raw in got.raw if "<strong>30</strong>" in raw]
+    assert len(rendered) == 2, "the step as it is stored, and its turn once the reply ends (from the rendered cache)"
+    assert "<ul>\n<li>one</li>" in got.puts["turn-1"] and LONG[-20:] in got.puts["turn-1"]
     await communicator.disconnect()
 
 
@@ -275,29 +260,29 @@ async def test_a_second_send_while_a_reply_runs_is_refused(
 async def test_a_send_made_as_soon_as_the_page_shows_idle_is_taken(
     live_session: ChatSession, ada_cookie: str, model: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    closing = Relay.close
-    closing_first = threading.Event()
-    second_answered = threading.Event()
+    published = jobs.Job._publish
+    idle_out = asyncio.Event()
+    second_answered = asyncio.Event()
 
-    def held_close(relay: Relay) -> None:
-        """The first reply's thread set aside just after the idle state is put, until the next send is queued."""
-        if not closing_first.is_set():
-            closing_first.set()
-            second_answered.wait(30)
-        closing(relay)
+    async def held(job: jobs.Job, message: dict[str, Any]) -> None:
+        """The first job set aside just after its idle state is out, until the next send is answered."""
+        await published(job, message)
+        if message["event"] == "job" and message["state"] == "idle" and not idle_out.is_set():
+            idle_out.set()
+            await asyncio.wait_for(second_answered.wait(), 30)
 
-    monkeypatch.setattr(Relay, "close", held_close)
+    monkeypatch.setattr(jobs.Job, "_publish", held)
     model.push(Step(text="One."), Step(text="Two."))
     communicator, got = await connected(live_session.pk, ada_cookie)
     await communicator.send_json_to({"type": "send", "text": "First"})
     await until(communicator, got, idle)
-    assert await sync_to_async(closing_first.wait, thread_sensitive=False)(30)
+    await asyncio.wait_for(idle_out.wait(), 30)
     await communicator.send_json_to({"type": "send", "text": "Second"})
     try:
         await until(
             communicator,
             got,
-            lambda m: jobs.QUEUED in json.dumps(m, ensure_ascii=False) or "already running" in json.dumps(m),
+            lambda m: queueing.QUEUED in json.dumps(m, ensure_ascii=False) or "already running" in json.dumps(m),
         )
     finally:
         second_answered.set()
@@ -572,7 +557,7 @@ async def test_a_message_over_the_limit_gets_the_notice_and_its_words_back_in_th
     await communicator.disconnect()
 
 
-async def test_relayed_messages_go_straight_to_the_socket_and_the_tabs_own_go_through_the_store_check(
+async def test_streamed_text_goes_straight_to_the_socket_and_the_tabs_own_requests_go_through_the_store_check(
     live_session: ChatSession, ada_cookie: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import channels.consumer
@@ -590,8 +575,11 @@ async def test_relayed_messages_go_straight_to_the_socket_and_the_tabs_own_go_th
     assert layer is not None
     hops.clear()
     for number in range(3):
-        await layer.group_send(session_group(live_session.pk), {"type": MESSAGE_TYPE, "text": f'{{"n": {number}}}'})
-    assert [await communicator.receive_from(timeout=5) for _ in range(3)] == ['{"n": 0}', '{"n": 1}', '{"n": 2}']
+        piece = wire.delta_message(live_session.pk, turn=1, step=1, text=f"n{number} ", at=3 * number, reasoning=False)
+        await layer.group_send(wire.session_group(live_session.pk), piece)
+    for _ in range(3):
+        got.take(await communicator.receive_from(timeout=5))
+    assert got.text[(1, 1)] == "n0 n1 n2 "
     assert hops == []
     await communicator.send_json_to({"type": "mode", "mode": "plan"})
     await until(communicator, got, lambda m: "takes effect as a note" in json.dumps(m))
@@ -632,7 +620,6 @@ async def test_a_failed_reply_and_compaction(live_session: ChatSession, ada_cook
     await until(communicator, got, lambda m: "nothing to compact" in json.dumps(m).lower())
     await until(communicator, got, idle)
     await communicator.disconnect()
-    await settle()
     assert json.loads(model.requests[-1])["messages"][-1]["role"] == "user"
 
 

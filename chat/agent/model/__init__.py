@@ -3,8 +3,8 @@
 - ``errors``: the ``ModelError`` family and the wording of failures;
 - ``sse``: decoding an event stream;
 - ``assembly``: folding a stream's chunks into pieces and the whole answer (``Completion``);
-- ``transport``: the HTTP clients, and one exchange driven on the caller's thread;
-- ``cancel``: stopping a request from another thread (``Cancel``);
+- ``transport``: the HTTP clients;
+- ``cancel``: stopping a request from any thread (``Cancel``);
 - ``stream``: ``ModelStream``, its deadlines and its failures; ``HttpModel``;
 - ``listing``: the models a server lists.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from chat.agent.model.assembly import (
     Completion,
-    Idle,
     ReasoningPiece,
     StreamAssembler,
     StreamPiece,
@@ -44,7 +43,6 @@ __all__ = [
     "Cancel",
     "Completion",
     "HttpModel",
-    "Idle",
     "Model",
     "ModelCancelled",
     "ModelClient",

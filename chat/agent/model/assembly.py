@@ -60,12 +60,21 @@ class ToolCallPiece:
     name: str
 
 
-@dataclass(frozen=True)
-class Idle:
-    """Nothing came for a while; the caller may do what it does between pieces (save what it has)."""
+StreamPiece = TextPiece | ReasoningPiece | ToolCallPiece
 
 
-StreamPiece = TextPiece | ReasoningPiece | ToolCallPiece | Idle
+def joined(pieces: list[StreamPiece]) -> list[StreamPiece]:
+    """``pieces`` with each run of text (or of reasoning) as one piece: what came in one read goes on together."""
+    out: list[StreamPiece] = []
+    for piece in pieces:
+        last = out[-1] if out else None
+        if isinstance(piece, TextPiece) and isinstance(last, TextPiece):
+            out[-1] = TextPiece(last.text + piece.text)
+        elif isinstance(piece, ReasoningPiece) and isinstance(last, ReasoningPiece):
+            out[-1] = ReasoningPiece(last.text + piece.text)
+        else:
+            out.append(piece)
+    return out
 
 
 class StreamAssembler:

@@ -1,9 +1,8 @@
-"""Stopping a request from another thread.
+"""Stopping a request from any thread.
 
 ``Cancel`` is a ``threading.Event`` whose ``set()`` also runs the hooks registered by whatever waits on the model
-at that moment: a stream waiting for the server's next bytes is woken at once, with no polling. A plain
-``threading.Event`` is still accepted where a cancel is asked for, for callers not yet moved to ``Cancel``: a
-stream given one looks at it every ``PLAIN_EVENT_SECONDS`` while it waits, as the client always did before.
+at that moment: a stream waiting for the server's next bytes is interrupted at once, with no polling. Tools that
+run long look at ``is_set()`` between their own waits.
 """
 
 from __future__ import annotations
@@ -11,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-
-PLAIN_EVENT_SECONDS = 0.05  # how often a wait looks at a plain event (a ``Cancel`` wakes it instead)
 
 
 class Cancel(threading.Event):
@@ -45,18 +42,11 @@ class Cancel(threading.Event):
                 self._hooks.remove(hook)
 
 
-def longest_wait(cancel: threading.Event | None) -> float:
-    """How long a wait may last before it looks at ``cancel`` again: as long as it likes, unless ``cancel`` is a
-    plain event, which cannot wake it."""
-    return PLAIN_EVENT_SECONDS if cancel is not None and not isinstance(cancel, Cancel) else float("inf")
-
-
 @contextlib.contextmanager
-def woken_by(cancel: threading.Event | None, wake: Callable[[], None]) -> Iterator[None]:
-    """Within the block, setting ``cancel`` calls ``wake`` (where ``cancel`` is a ``Cancel``; a plain event only
-    says it is set when asked)."""
-    if isinstance(cancel, Cancel):
-        with cancel.hooked(wake):
-            yield
-    else:
+def woken_by(cancel: Cancel | None, wake: Callable[[], None]) -> Iterator[None]:
+    """Within the block, setting ``cancel`` calls ``wake``."""
+    if cancel is None:
+        yield
+        return
+    with cancel.hooked(wake):
         yield

@@ -1,4 +1,4 @@
-"""A model's streamed answer to one chat request, read on the caller's own thread.
+"""A model's streamed answer to one chat request, read on the event loop of whoever awaits it.
 
 Built on httpx rather than the openai SDK, for three reasons: the request body is sent as the exact bytes the
 caller serialized, so the prompt prefix the server sees is byte-stable from one request to the next (the SDK
@@ -6,27 +6,31 @@ re-serializes); the raw ``usage`` and llama-server ``timings`` objects are kept 
 SDK drops or types away (``timings.cache_n``, ``prompt_eval_cached_count``, ``reasoning_content``); and the
 connect, first-token and between-chunk timeouts are enforced separately.
 
-The caller's thread waits for the server's next bytes with the nearer of the stream's deadline and the next idle
-tick as its timeout (an event loop timer, not a poll); a ``Cancel`` set from another thread wakes that wait at
-once (a plain ``threading.Event`` is looked at every 50 ms), and the connection is then closed, which tells the
-server the client has gone. A server that closes the
+``start`` sends the request as a task of the running loop, so what the caller does next (writing the request's
+record) runs while it goes out; iterating the stream awaits the server's next bytes against the nearer deadline.
+A ``Cancel`` set meanwhile (Stop, from any thread) cancels that wait at once, and the connection is then closed,
+which tells the server the client has gone. A request whose writing failed (the connection closed or reset under
+it) is sent once more, on a new connection: the server cannot have read it whole; so is one whose connection, kept
+from an earlier request, the server closed without a word of answer (a server may close a connection it holds idle
+just as the next request goes out on it). A server that closes the
 connection before any response is ``ModelUnavailable``; one that closes a started stream before ``[DONE]`` or a
 finish reason is ``ModelStreamCut``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import threading
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
-from chat.agent.model.assembly import Completion, Idle, StreamAssembler, StreamPiece
-from chat.agent.model.cancel import longest_wait, woken_by
+from chat.agent.model.assembly import Completion, StreamAssembler, StreamPiece, joined
+from chat.agent.model.cancel import Cancel, woken_by
 from chat.agent.model.errors import (
     ModelCancelled,
     ModelError,
@@ -43,12 +47,14 @@ from chat.agent.model.errors import (
     one_line,
 )
 from chat.agent.model.sse import SSEDecoder, SSEEvent
-from chat.agent.model.transport import End, Exchange, ExchangeFailed, Head, Item, ModelClient, is_event_stream
+from chat.agent.model.transport import ModelClient
 
-SEND_WAIT_SECONDS = 0.5  # ``start`` waits at most this long for the request to be written
-SEND_AHEAD_SECONDS = 0.05  # ``start(wait=False)`` at most this long
-IDLE_SECONDS = 0.5  # nothing came for this long: an ``Idle`` piece
+logger = logging.getLogger(__name__)
+
+UNSENT_RETRIES = 1  # a request whose writing failed is sent again this often, on a new connection
+ERROR_BODY_LIMIT = 64 * 1024
 DRAIN_SECONDS = 0.05  # a finished answer's last bytes (after [DONE]) may take this long, so its connection is kept
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -73,14 +79,16 @@ def headers(api_key: str | None, accept: str) -> dict[str, str]:
     return out
 
 
-class ModelStream:
-    """One streamed answer of the model: iterate it for the pieces as they come; once the iteration ends,
-    `completion` is the whole answer. A failure raises a `ModelError` subclass from the iteration; cut,
-    timed-out and cancelled streams carry what arrived as `.partial`.
+def is_event_stream(content_type: str) -> bool:
+    """Whether an answer of ``content_type`` is read as an event stream (a missing type is)."""
+    return content_type.split(";")[0].strip().lower() in ("text/event-stream", "")
 
-    The request is sent, as the exact bytes given, by `start()` or else when the iteration starts. Start and
-    iterate it on one thread.
-    """
+
+class ModelStream:
+    """One streamed answer of the model: iterate it (``async for``) for the pieces as they come; once the
+    iteration ends, ``completion`` is the whole answer. A failure raises a ``ModelError`` subclass from the
+    iteration; cut, timed-out and cancelled streams carry what arrived as ``.partial``. The request is sent by
+    ``start()``, or else when the iteration starts."""
 
     def __init__(
         self,
@@ -89,7 +97,7 @@ class ModelStream:
         api_key: str | None,
         body: bytes,
         timeouts: Timeouts,
-        cancel: threading.Event | None = None,
+        cancel: Cancel | None = None,
         client: ModelClient | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
@@ -99,148 +107,218 @@ class ModelStream:
         self.cancel = cancel
         self.client = client
         self.completion: Completion | None = None
-        self._exchange: Exchange | None = None
         self._own_client: ModelClient | None = None
+        self._sending: asyncio.Future[httpx.Response] | None = None
+        self._response: httpx.Response | None = None
         self._started = 0.0
-        self._finished = False
-        self.closed = False  # close() was called
+        self._waiting = False  # within a wait a cancel may interrupt
+        self.closed = False
 
-    @property
-    def sent(self) -> bool:
-        """Whether the request is written (or never will be)."""
-        return self._exchange is not None and self._exchange.sent
-
-    def start(self, *, wait: bool = True) -> None:
-        """Send the request now, before the iteration (which sends it where this was not called). With ``wait``,
-        return once it is written (or after ``SEND_WAIT_SECONDS``, or on a cancel); without, after
-        ``SEND_AHEAD_SECONDS`` at most, so that what the caller does next (writing the request's record) is not
-        held up long by a server that reads slowly: a later ``start()`` or the iteration writes the rest."""
-        cancelled = self.cancel is not None and self.cancel.is_set()
-        if self._exchange is None:
-            client = self.client
-            if client is None:
-                client = self._own_client = ModelClient()
-            request_headers = headers(self.api_key, "text/event-stream")
-            request_headers["Content-Type"] = "application/json"
-            request_headers["Accept-Encoding"] = "identity"
-            self._exchange = Exchange(
-                client, url=self.url, body=self.body, headers=request_headers, timeout=self.timeouts.http()
-            )
+    def start(self) -> None:
+        """Send the request now, as a task of the running loop (once)."""
+        if self._sending is None:
             self._started = time.monotonic()
-        if cancelled:
-            return
-        with woken_by(self.cancel, self._exchange.wake):
-            self._exchange.start(wait=SEND_WAIT_SECONDS if wait else SEND_AHEAD_SECONDS)
+            self._sending = asyncio.ensure_future(self._send())
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
         """Stop an answer that is not finished (a started one that is never iterated included)."""
         self.closed = True
-        if self._exchange is not None:
-            self._exchange.close(drain=DRAIN_SECONDS if self._finished else 0.0)
+        sending, self._sending = self._sending, None
+        if sending is not None and not sending.done():
+            sending.cancel()  # the request's task ends on its own; nothing waits for it
+        elif sending is not None and not sending.cancelled() and sending.exception() is None:
+            response = sending.result()
+            if response is not self._response:
+                await response.aclose()
+        if self._response is not None:
+            await self._response.aclose()
+            self._response = None
         if self._own_client is not None:
-            self._own_client.close()
+            await self._own_client.aclose()
             self._own_client = None
 
-    def complete(self) -> Completion:
+    async def complete(self) -> Completion:
         """Read the whole answer, dropping the pieces."""
-        for _ in self:
+        async for _ in self:
             pass
         assert self.completion is not None
         return self.completion
 
-    def __iter__(self) -> Iterator[StreamPiece]:
+    async def __aiter__(self) -> AsyncGenerator[StreamPiece, None]:
         try:
             self.start()
-            assert self._exchange is not None
-            reading = _Reading(self, self._exchange)
-            with woken_by(self.cancel, self._exchange.wake):
-                yield from reading.pieces()
-            self._finished = True
+            assert self._sending is not None
+            reading = _Reading(self)
+            response = await reading.head(self._sending)
+            self._response = response
+            async for piece in reading.pieces(response):
+                yield piece
+            await reading.drain(response)
             self.completion = reading.partial()
         finally:
-            self.close()
+            await self.aclose()
+
+    async def _send(self) -> httpx.Response:
+        client = self.client
+        if client is None:
+            client = self._own_client = ModelClient()
+        http = client.http
+        request_headers = headers(self.api_key, "text/event-stream")
+        request_headers["Content-Type"] = "application/json"
+        request_headers["Accept-Encoding"] = "identity"
+        for attempt in range(1 + UNSENT_RETRIES):
+            unsent = False
+            kept = True  # sent on a connection kept from an earlier request, not a new one
+
+            async def trace(event: str, info: dict[str, Any]) -> None:
+                nonlocal unsent, kept
+                if event.endswith(("send_request_headers.failed", "send_request_body.failed")):
+                    unsent = True
+                elif event.startswith("connection.connect_"):
+                    kept = False
+
+            request = http.build_request(
+                "POST",
+                self.url,
+                content=self.body,
+                headers=request_headers,
+                timeout=self.timeouts.http(),
+                extensions={"trace": trace},
+            )
+            try:
+                return await http.send(request, stream=True)
+            except Exception as error:
+                if (unsent or _reset(error) or (kept and _closed(error))) and attempt < UNSENT_RETRIES:
+                    logger.info("the request to %s did not get out (%s); sending it again", self.url, error)
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    async def wait(self, awaitable: Awaitable[T], deadline: float) -> T:
+        """``awaitable``, ended at ``deadline`` (``time.monotonic``) with ``TimeoutError``, or by the cancel at
+        once with ``asyncio.CancelledError`` turned into ``ModelCancelled`` by the caller."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def cancel_now() -> None:
+            if self._waiting:  # looked at on the loop: a cancel after the wait ended lands nowhere
+                task.cancel()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(cancel_now)
+
+        self._waiting = True
+        try:
+            with woken_by(self.cancel, wake):
+                if self.cancel is not None and self.cancel.is_set():
+                    if asyncio.iscoroutine(awaitable):
+                        awaitable.close()  # never to be awaited: no "never awaited" warning
+                    raise asyncio.CancelledError
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    return await awaitable
+        finally:
+            self._waiting = False
 
 
 class _Reading:
-    """One iteration of a stream: the exchange's items through the decoder and the assembler, against the
+    """One iteration of a stream: the answer's bytes through the decoder and the assembler, against the
     deadlines and the cancel."""
 
-    def __init__(self, stream: ModelStream, exchange: Exchange) -> None:
+    def __init__(self, stream: ModelStream) -> None:
+        self.stream = stream
         self.url = stream.url
         self.timeouts = stream.timeouts
-        self.cancel = stream.cancel
-        self.exchange = exchange
         self.assembler = StreamAssembler()
         self.decoder = SSEDecoder()
         self.started = stream._started
         self.first_token_at: float | None = None
-        self.last_bytes_at = self.last_yield_at = self.started
-        self.longest_wait = longest_wait(stream.cancel)
+        self.last_bytes_at = self.started
+        self.chunks: AsyncIterator[bytes] | None = None  # the answer's body, read once: ``drain`` reads on
 
-    def pieces(self) -> Iterator[StreamPiece]:
-        """The answer's pieces as they come, an ``Idle`` after each quiet ``IDLE_SECONDS``; ends at ``[DONE]`` or
-        a finish reason, else raises."""
+    async def head(self, sending: Awaitable[httpx.Response]) -> httpx.Response:
+        """The answer's head, checked: an error status or another content type raises."""
+        try:
+            response = await self._waited(sending)
+        except ModelError:
+            raise
+        except Exception as error:
+            raise self._failed(error, answered=False) from error
+        content_type = response.headers.get("content-type", "")
+        if response.status_code != 200 or not is_event_stream(content_type):
+            try:
+                body = await self._waited(_read_limited(response, ERROR_BODY_LIMIT))
+            except ModelError:
+                raise
+            except Exception:
+                body = b""
+            if response.status_code != 200:
+                raise http_error(body, url=self.url, status=response.status_code)
+            excerpt = one_line(body.decode("utf-8", errors="replace"), 120)
+            raise ModelProtocolError(
+                f"The model server at {self.url} answered {content_type or 'no content type'} "
+                f"instead of an event stream: {excerpt or '(empty body)'}",
+                url=self.url,
+            )
+        return response
+
+    async def pieces(self, response: httpx.Response) -> AsyncIterator[StreamPiece]:
+        """The answer's pieces as they come; ends at ``[DONE]`` or a finish reason, else raises."""
+        chunks = self.chunks = response.aiter_bytes()
         while True:
-            item = self._next()
-            if item is None:
-                yield Idle()
-                continue
-            if isinstance(item, Head):
-                self._head(item)
-                continue
-            ended = isinstance(item, End)
-            finished = self._end() if isinstance(item, End) else self._bytes(item)
-            pieces = self.assembler.take_pieces()
-            if pieces:
-                self.last_yield_at = time.monotonic()
-                yield from pieces
+            try:
+                chunk: bytes | None = await self._waited(chunks.__anext__())
+            except StopAsyncIteration:
+                chunk = None
+            except ModelError:
+                raise
+            except Exception as error:
+                raise self._failed(error, answered=True) from error
+            if chunk is not None:
+                self.last_bytes_at = time.monotonic()
+                finished = self._bytes(chunk)
+            else:
+                finished = self._end()
+            for piece in joined(self.assembler.take_pieces()):  # a read's pieces go on as one
+                yield piece
             if finished:
                 return
-            if ended:
+            if chunk is None:
                 raise self._cut("")
+
+    async def drain(self, response: httpx.Response) -> None:
+        """Read a finished answer's last bytes for a moment, so that its connection can be kept."""
+        chunks = self.chunks if self.chunks is not None else response.aiter_bytes()
+        try:
+            async with asyncio.timeout(DRAIN_SECONDS):
+                async for _ in chunks:  # the body's own iterator: a second ``aiter_bytes`` raises StreamConsumed
+                    pass
+        except Exception:  # what is left is not wanted
+            return
 
     def partial(self) -> Completion:
         """The answer as assembled so far."""
         ttft = None if self.first_token_at is None else self.first_token_at - self.started
         return self.assembler.completion(time_to_first_token=ttft, total_time=time.monotonic() - self.started)
 
-    def _next(self) -> Item | None:
-        """The exchange's next item, or ``None`` for an idle tick; raises on a cancel and at the deadline."""
-        while True:
-            if self.cancel is not None and self.cancel.is_set():
-                raise ModelCancelled(f"The request to {self.url} was cancelled.", url=self.url, partial=self.partial())
-            now = time.monotonic()
-            deadline = self._deadline()
-            if now >= deadline:
-                raise self._timed_out()
-            tick = self.last_yield_at + IDLE_SECONDS
-            if now >= tick:
-                self.last_yield_at = now
-                return None
-            try:
-                item = self.exchange.next(min(deadline - now, tick - now, self.longest_wait))
-            except ExchangeFailed as failure:
-                raise self._failed(failure) from failure.error
-            if isinstance(item, bytes):
-                self.last_bytes_at = time.monotonic()
-            if item is not None:
-                return item
+    async def _waited(self, awaitable: Awaitable[T]) -> T:
+        try:
+            return await self.stream.wait(awaitable, self._deadline())
+        except TimeoutError:
+            raise self._timed_out() from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            cancel = self.stream.cancel
+            if cancel is not None and cancel.is_set() and task is not None and task.uncancel() == 0:
+                raise ModelCancelled(
+                    f"The request to {self.url} was cancelled.", url=self.url, partial=self.partial()
+                ) from None
+            raise
 
     def _deadline(self) -> float:
         if self.first_token_at is None:
             return self.started + self.timeouts.first_token
         return self.last_bytes_at + self.timeouts.between_chunks
-
-    def _head(self, head: Head) -> None:
-        if head.status != 200:
-            raise http_error(head.body, url=self.url, status=head.status)
-        if not is_event_stream(head.content_type):
-            excerpt = one_line(head.body.decode("utf-8", errors="replace"), 120)
-            raise ModelProtocolError(
-                f"The model server at {self.url} answered {head.content_type or 'no content type'} "
-                f"instead of an event stream: {excerpt or '(empty body)'}",
-                url=self.url,
-            )
 
     def _bytes(self, chunk: bytes) -> bool:
         try:
@@ -290,14 +368,14 @@ class _Reading:
         message = f"The model server at {self.url} reported an error mid-stream: {excerpt}"
         return ModelHTTPError(message, url=self.url, status=status, excerpt=excerpt, partial=self.partial())
 
-    def _failed(self, failure: ExchangeFailed) -> ModelError:
+    def _failed(self, error: Exception, *, answered: bool) -> ModelError:
         """The error for an exchange that broke."""
-        error, url = failure.error, self.url
+        url = self.url
         if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
             return ModelUnavailable(f"Cannot reach the model server at {url}: {describe(error)}.", url=url)
         if isinstance(error, httpx.TimeoutException):
             return self._timed_out()
-        if not failure.answered:
+        if not answered:
             if isinstance(error, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
                 return ModelUnavailable(f"The model server at {url} closed the connection without answering.", url=url)
             return ModelUnavailable(f"Cannot talk to the model server at {url}: {describe(error)}.", url=url)
@@ -330,13 +408,43 @@ class _Reading:
         return ModelProtocolError(message, url=self.url, partial=self.partial())
 
 
+def _reset(error: BaseException) -> bool:
+    """Whether the server reset the connection: it closed it with part of the request unread. (Where the reset
+    came while the request was still being written, the event loop may report the writing done and the reset
+    only on the read that follows.)"""
+    cause: BaseException | None = error
+    for _ in range(10):
+        if cause is None:
+            return False
+        if isinstance(cause, ConnectionResetError | BrokenPipeError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _closed(error: BaseException) -> bool:
+    """Whether the server closed the connection before any answer. On a connection kept from an earlier request,
+    that is a server closing a connection it held idle as the request went out (llama-server does, now and then,
+    right after an answer): the request was not taken."""
+    return isinstance(error, httpx.RemoteProtocolError | httpx.ReadError)
+
+
+async def _read_limited(response: httpx.Response, limit: int) -> bytes:
+    data = bytearray()
+    async for chunk in response.aiter_bytes():
+        data += chunk
+        if len(data) >= limit:
+            break
+    return bytes(data[:limit])
+
+
 def stream_chat(
     *,
     base_url: str,
     api_key: str | None,
     body: bytes,
     timeouts: Timeouts,
-    cancel: threading.Event | None = None,
+    cancel: Cancel | None = None,
     client: ModelClient | None = None,
 ) -> ModelStream:
     """The answer to ``body`` POSTed unchanged to ``{base_url}/chat/completions``, to iterate."""
@@ -345,16 +453,15 @@ def stream_chat(
 
 class Answer(Protocol):
     """A model's streamed answer: its pieces as they come, then the whole of it. ``start`` sends the request
-    before the iteration (with ``wait``, returning once it is written); ``close`` stops an answer that is not
-    finished."""
+    before the iteration; ``aclose`` stops an answer that is not finished."""
 
     completion: Completion | None
 
-    def start(self, *, wait: bool = True) -> None: ...
+    def start(self) -> None: ...
 
-    def close(self) -> None: ...
+    async def aclose(self) -> None: ...
 
-    def __iter__(self) -> Iterator[StreamPiece]: ...
+    def __aiter__(self) -> AsyncGenerator[StreamPiece, None]: ...
 
 
 class Model(Protocol):
@@ -363,7 +470,7 @@ class Model(Protocol):
     @property
     def url(self) -> str: ...
 
-    def stream(self, body: bytes, *, cancel: threading.Event) -> Answer: ...
+    def stream(self, body: bytes, *, cancel: Cancel) -> Answer: ...
 
 
 @dataclass(frozen=True)
@@ -379,7 +486,7 @@ class HttpModel:
     def url(self) -> str:
         return self.base_url
 
-    def stream(self, body: bytes, *, cancel: threading.Event) -> ModelStream:
+    def stream(self, body: bytes, *, cancel: Cancel) -> ModelStream:
         return stream_chat(
             base_url=self.base_url,
             api_key=self.api_key,

@@ -11,12 +11,12 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from chat.actions import Action, Compact, Regenerate, Rewind, Send, Undo
 from chat.agent.echo import EchoLine
 from chat.agent.endpoints import FALLBACK_MODEL
 from chat.agent.model import ModelError, list_models
 from chat.follow import Followed, follow
 from chat.tools import tool_list
-from chat.web import jobs
 from sessions_app.errors import NoLiveTurnFrom, StoreError
 from sessions_app.folders import folder_check
 from sessions_app.models import (
@@ -195,20 +195,20 @@ class Command(BaseCommand):
             raise CommandError(f"There is no user {options['user']!r}.")
         session = self._session(options, user)
         restore = options["restore_files"]
-        actions: list[jobs.Action] = []
+        actions: list[Action] = []
         if options["undo"]:
-            actions.append(jobs.Undo(restore=restore))
+            actions.append(Undo(restore=restore))
         elif options["rewind"] is not None:
             target = live_turn_at(session, options["rewind"])  # N is the turn's place, as the page labels it
             if target is None:
                 raise CommandError(str(NoLiveTurnFrom(options["rewind"])))
-            actions.append(jobs.Rewind(turn=target.number, restore=restore))
+            actions.append(Rewind(turn=target.number, restore=restore))
         elif options["compact"]:
-            actions.append(jobs.Compact())
+            actions.append(Compact())
         if options["regenerate"]:
-            actions.append(jobs.Regenerate(restore=restore))
+            actions.append(Regenerate(restore=restore))
         elif options["message"] is not None:
-            actions.append(jobs.Send(words=options["message"]))
+            actions.append(Send(words=options["message"]))
         failed = False
         turn: Turn | None = None
         request_ids: list[int] = []
@@ -242,7 +242,7 @@ class Command(BaseCommand):
         if failed:
             sys.exit(1)
 
-    async def _follow(self, session_id: int, actions: list[jobs.Action]) -> list[Followed]:
+    async def _follow(self, session_id: int, actions: list[Action]) -> list[Followed]:
         """Queue each action in turn and follow it to its end; stop at the first that fails."""
         ended = []
         for action in actions:

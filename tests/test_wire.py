@@ -1,0 +1,102 @@
+"""The typed events on the wire: each type has a schema, every event the reply loop yields becomes a message of
+its schema, and a message that is not (a field missing, extra or of another type) is refused on both sides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chat import wire
+from chat.agent.events import BranchFlipped, Notice, ReasoningDelta, TextDelta
+from chat.agent.loop import ReplyLoop
+from sessions_app.models import ChatSession
+from testing.scripted_server import ScriptedServer, Step
+from tests.agent.loop_helpers import run
+
+GOOD: dict[str, dict[str, Any]] = {
+    "turn_started": {"turn": 1, "number": 2, "revision": 3, "again": False},
+    "request_started": {"request": 1, "kind": "reply"},
+    "text": {"turn": 1, "step": 1, "text": "Hel", "at": 0},
+    "reasoning": {"turn": 1, "step": 1, "text": "hm", "at": 4},
+    "tool_called": {"turn": 1, "step": 1, "name": "read"},
+    "request_finished": {"request": 1},
+    "cache_checked": {"request": 1},
+    "step_stored": {"step": 1, "revision": 2},
+    "result_stored": {"result": 1, "revision": 2},
+    "turn_ended": {"turn": 1, "revision": 2},
+    "turns_taken_back": {"numbers": [3, 2], "compactions": [], "revision": 5},
+    "branch_flipped": {"made_live": [2], "revision": 6},
+    "compacted": {"generation": 2, "revision": 7},
+    "notice": {"text": "Took back turn 2.", "level": "info", "lines": []},
+    "job": {"state": "running", "label": "Replying…", "job": 12},
+    "words_back": {"words": "my words"},
+    "live": {"turn": 1, "step": 2, "text": "so far", "reasoning": "", "calls": ["read"]},
+    "job_ended": {"job": 12, "failure": "", "requests": [1, 2], "turn": None},
+    "mode_set": {"mode": "plan"},
+    "model_changed": {"revision": 8},
+}
+
+
+def _event(event_name: str, /, **fields: Any) -> dict[str, Any]:
+    return {"type": wire.EVENT, "event": event_name, "session": 9, **fields}
+
+
+def test_every_event_type_has_a_schema_and_an_example_here() -> None:
+    assert set(GOOD) == set(wire.SCHEMAS)
+
+
+@pytest.mark.parametrize("name", sorted(GOOD))
+def test_an_event_of_its_schema_passes_and_one_that_is_not_is_refused(name: str) -> None:
+    good = _event(name, **GOOD[name])
+    assert wire.checked(good) is good
+    for field, value in GOOD[name].items():
+        missing = {key: item for key, item in good.items() if key != field}
+        with pytest.raises(wire.WireError, match="fields"):
+            wire.checked(missing)
+        wrong = {**good, field: object()}
+        with pytest.raises(wire.WireError):
+            wire.checked(wrong)
+        if isinstance(value, int) and not isinstance(value, bool):
+            with pytest.raises(wire.WireError):
+                wire.checked({**good, field: True})
+    with pytest.raises(wire.WireError, match="fields"):
+        wire.checked({**good, "extra": 1})
+
+
+def test_what_is_no_event_is_refused() -> None:
+    with pytest.raises(wire.WireError, match="not an event"):
+        wire.checked({"type": "cachet.message", "text": "{}"})
+    with pytest.raises(wire.WireError, match="no such event"):
+        wire.checked(_event("unknown"))
+    with pytest.raises(wire.WireError, match="no session"):
+        wire.checked({**_event("request_finished", request=1), "session": "9"})
+    with pytest.raises(wire.WireError, match=r"job\.state"):
+        wire.checked(_event("job", state="lost", label="", job=1))
+    with pytest.raises(wire.WireError, match=r"notice\.level"):
+        wire.checked(_event("notice", text="x", level="loud", lines=[]))
+    with pytest.raises(wire.WireError, match="list of int"):
+        wire.checked(_event("turns_taken_back", numbers=[1, "2"], compactions=[], revision=1))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_event_of_a_reply_becomes_a_message_of_its_schema(
+    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path
+) -> None:
+    (workspace_dir / "a.py").write_text("print('a')\n")
+    scripted.push(Step(text="Reading.", reasoning="Look.", tool_calls=[("read", {"path": "a.py"})]), Step(text="Done."))
+    sent = run(ReplyLoop(scripted_session).send("read it")).events
+    scripted.push(Step(text="Again."))
+    sent += run(ReplyLoop(scripted_session).regenerate()).events
+    sent += run(ReplyLoop(scripted_session).undo()).events
+    names = set()
+    for event in sent:
+        if isinstance(event, TextDelta | ReasoningDelta):
+            continue  # a worker sends a delta with its offset (``delta_message``)
+        message = wire.checked(wire.event_message(scripted_session.pk, event))
+        names.add(message["event"])
+    assert names >= {"turn_started", "request_started", "tool_called", "request_finished", "step_stored"}
+    assert names >= {"result_stored", "turn_ended", "turns_taken_back"}
+    assert wire.checked(wire.event_message(1, Notice("careful", level="warning", lines=("a",))))["lines"] == ["a"]
+    assert wire.checked(wire.event_message(1, BranchFlipped(taken_back=(), made_live=())))["made_live"] == []

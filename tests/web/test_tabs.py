@@ -1,0 +1,124 @@
+"""What a web process shows its tabs of each typed event: every event type has its page messages, each marked with
+the session revision it brings a tab to (so a tab that reconnects asks for exactly what it lacks), and what is read
+from the store is read once for all the tabs of a process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from chat import wire
+from chat.agent.events import ResultStored, StepStored, TextDelta
+from chat.agent.loop import ReplyLoop
+from chat.web import fragments, tabs
+from chat.web.display import row_for_result, single_turn, started_turn
+from chat.web.sync import PageState, catch_up
+from sessions_app.models import ChatSession, Turn
+from sessions_app.services.turns import step_record, turn_fail, turn_finish, turn_start
+from sessions_app.services.undo import turn_edit
+from testing.scripted_server import ScriptedServer, Step
+from tests.agent.loop_helpers import run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _shown(event: dict[str, Any]) -> list[dict[str, Any]]:
+    return [json.loads(text) for text in async_to_sync(tabs.page_messages)(wire.checked(event))]
+
+
+def _revision_of(messages: list[dict[str, Any]], dom_id: str) -> int:
+    for message in messages:
+        if any(op.get("id") == dom_id for op in message.get("ops", [])):
+            return int(message["rev"])
+    raise AssertionError(f"nothing put {dom_id}")
+
+
+def test_every_event_type_has_its_page_messages() -> None:
+    assert set(wire.SCHEMAS) == set(tabs.AT_ONCE) | set(tabs.FROM_STORE)
+    assert not set(tabs.AT_ONCE) & set(tabs.FROM_STORE)
+
+
+def test_a_step_shown_after_its_results_were_stored_carries_its_own_revision(
+    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path
+) -> None:
+    (workspace_dir / "a.py").write_text("print('a')\n")
+    scripted.push(Step(tool_calls=[("read", {"path": "a.py"})]), Step(text="Done."))
+    ran = run(ReplyLoop(scripted_session).send("read it"))
+    messages = [
+        message
+        for event in ran.events
+        if not isinstance(event, TextDelta)
+        for message in _shown(wire.event_message(scripted_session.pk, event))
+    ]
+    steps = [event for event in ran.events if isinstance(event, StepStored)]
+    results = [event for event in ran.events if isinstance(event, ResultStored)]
+    row = row_for_result(results[0].result)
+    assert row is not None
+    step_revision = _revision_of(messages, f"step-{steps[0].step.pk}")
+    row_revision = _revision_of(messages, row.dom_id)
+    assert step_revision == steps[0].revision < row_revision == results[0].revision
+    caught = catch_up(scripted_session.pk, PageState(revision=step_revision, first_turn=1, last_bar=0))
+    assert any(row.dom_id in text for text in caught.messages), "a tab that has the step but not the row gets it"
+    ended = _shown(wire.turn_ended_message(scripted_session.pk, turn=ran.turn.pk, revision=ran.turn.revision))
+    turn = Turn.objects.get(pk=ran.turn.pk)
+    assert ended[0]["ops"][0]["html"] == fragments.turn_put(single_turn(turn, running=False)).html
+    assert ended[0]["rev"] == turn.revision
+
+
+def test_streamed_text_is_sent_on_with_its_offset_and_a_stored_step_moves_the_live_area_on(
+    scripted_session: ChatSession, scripted: ScriptedServer
+) -> None:
+    piece = wire.delta_message(scripted_session.pk, turn=3, step=2, text="é!", at=40, reasoning=False)
+    assert _shown(piece) == [{"live": {"turn": 3, "step": 2, "text": "é!", "text_at": 40}}]
+    thought = wire.delta_message(scripted_session.pk, turn=3, step=2, text="hm", at=7, reasoning=True)
+    assert _shown(thought) == [{"live": {"turn": 3, "step": 2, "reasoning": "hm", "reasoning_at": 7}}]
+    scripted.push(Step(text="Hello."))
+    ran = run(ReplyLoop(scripted_session).send("hi"))
+    stored = next(event for event in ran.events if isinstance(event, StepStored))
+    shown = _shown(wire.event_message(scripted_session.pk, stored))
+    assert shown[-1] == {"live": {"turn": ran.turn.number, "step": stored.step.number + 1}}
+
+
+def test_what_is_read_from_the_store_is_read_once_for_every_tab_of_the_process(
+    scripted_session: ChatSession, scripted: ScriptedServer
+) -> None:
+    scripted.push(Step(text="Hello."))
+    ran = run(ReplyLoop(scripted_session).send("hi"))
+    event = wire.turn_ended_message(scripted_session.pk, turn=ran.turn.pk, revision=ran.turn.revision)
+    first = _shown(event)
+    with CaptureQueriesContext(connection) as queries:
+        again = [_shown(event) for _ in range(5)]
+    assert again == [first] * 5
+    assert len(queries) == 0
+
+
+def test_an_event_of_something_gone_shows_nothing(chat_session: ChatSession) -> None:
+    assert _shown(wire.turn_ended_message(chat_session.pk, turn=10**9, revision=1)) == []
+
+
+def test_a_started_turn_is_shown_as_the_full_view_shows_it(chat_session: ChatSession) -> None:
+    first = turn_start(session=chat_session, words="first", today="2026-12-01", instructions=None)
+    views = [(started_turn(first), single_turn(first, running=True))]
+    step_record(turn=first, number=1, text="One.", reasoning="", tool_calls=[], finish_reason="stop")
+    turn_finish(turn=first)
+    second = turn_start(session=chat_session, words="second", today="2026-12-01", instructions=None)
+    turn_fail(turn=second, error="Stopped.")
+    _, branch = turn_edit(
+        session=chat_session, turn=second.number, words="second, again", today="2026-12-01", instructions=None
+    )
+    views.append((started_turn(branch), single_turn(branch, running=True)))
+    assert views[1][0].siblings == (second.number, branch.number)
+    for started, full in views:
+        assert (started.siblings, started.is_last, started.steps, started.draft) == (
+            full.siblings,
+            full.is_last,
+            full.steps,
+            full.draft,
+        )
+        assert fragments.turn_put(started).html == fragments.turn_put(full).html
