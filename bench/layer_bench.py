@@ -6,15 +6,14 @@ A "web" process opens ``--sessions`` channels, each in its session's group as a 
 turn as the relay does. Printed per layer: relay latency (from the worker's send to the web process's receive,
 both on the machine's monotonic clock) p50/p99/max, messages lost, and each process's CPU over the run.
 
-Layers: ``memory`` (Cachet's in-memory one; both roles in one process, as it cannot cross), ``postgres``
-(``cachet.pg_layer``), ``channels_postgres`` (version 1.1.4 from PyPI, not a dependency: ``pip install
---target DIR`` it and put DIR on ``PYTHONPATH``), ``redis`` (channels_redis core, as the settings made it
-before), ``pubsub`` (channels_redis pub/sub) and ``cachet_pubsub`` (``cachet.redis_layer``, what the settings
-make with ``REDIS_URL``). Postgres is an embedded one of the run's own unless ``DATABASE_URL`` is set. Redis
+Layers: ``postgres`` (``cachet.pg_layer``), ``channels_postgres`` (version 1.1.4 from PyPI, not a dependency:
+``pip install --target DIR`` it and put DIR on ``PYTHONPATH``), ``redis`` (channels_redis core, as the settings
+made it before), ``pubsub`` (channels_redis pub/sub) and ``cachet_pubsub`` (``cachet.redis_layer``, what the
+settings make with ``REDIS_URL``). Postgres is an embedded one of the run's own unless ``DATABASE_URL`` is set. Redis
 runs on a database of ``redis://127.0.0.1:6379`` claimed empty for the run (``tests.redis_kit``), emptied
 after.
 
-    .venv/bin/python bench/layer_bench.py [--layers memory,postgres,redis,pubsub,cachet_pubsub]
+    .venv/bin/python bench/layer_bench.py [--layers postgres,redis,pubsub,cachet_pubsub]
         [--sessions 50] [--pieces 100] [--one-process] [--repeat 1]
 """
 
@@ -45,10 +44,6 @@ def make_layer(name: str, redis_url: str) -> Any:
     django.setup()
     from django.conf import settings
 
-    if name == "memory":
-        from cachet.channel_layer import LocalChannelLayer
-
-        return LocalChannelLayer(capacity=5000)
     if name == "postgres":
         from cachet.pg_layer import PostgresChannelLayer
 
@@ -164,7 +159,7 @@ def measure(layer: str, args: argparse.Namespace, redis_url: str) -> dict[str, A
     base = [sys.executable, __file__, "--child", "--layer", layer, "--redis", redis_url]
     base += ["--sessions", str(args.sessions), "--pieces", str(args.pieces), "--rate", str(args.rate)]
     base += ["--size", str(args.size), "--timeout", str(args.timeout)]
-    if layer == "memory" or args.one_process:
+    if args.one_process:
         done = subprocess.run([*base, "--role", "both"], capture_output=True, text=True, check=True)
         got = json.loads(done.stdout.split("result ", 1)[1])
         return {**got, "worker_cpu": 0.0}
@@ -204,7 +199,7 @@ def prepare_database(scratch: Path, *, with_theirs: bool) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
-    parser.add_argument("--layers", default="memory,postgres,redis,pubsub,cachet_pubsub")
+    parser.add_argument("--layers", default="postgres,redis,pubsub,cachet_pubsub")
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--pieces", type=int, default=100)
     parser.add_argument("--rate", type=float, default=20.0, help="messages a second per session")

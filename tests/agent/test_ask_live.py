@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.conf import settings
 
 from chat.tools import tool_list
 from sessions_app.models import ChatSession, ModelEndpoint, Turn, TurnStatus, Workspace
@@ -40,8 +39,6 @@ def _session(user: Any, folder: Path, model: ScriptedServer) -> ChatSession:
 async def test_a_turn_asked_from_a_terminal_streams_into_the_tab_and_the_tab_stops_it(
     user: Any, tmp_path: Path
 ) -> None:
-    if settings.CACHET_CHANNEL_LAYER == "memory":
-        pytest.skip("the in-memory channel layer reaches no other process")
     folder = tmp_path / "ws"
     folder.mkdir()
     (tmp_path / "data").mkdir()
@@ -91,8 +88,6 @@ def _turn(session_id: int) -> tuple[str, str]:
 async def test_with_a_worker_alive_ctrl_c_in_the_terminal_stops_the_reply_the_worker_runs(
     user: Any, tmp_path: Path
 ) -> None:
-    if settings.CACHET_CHANNEL_LAYER == "memory":
-        pytest.skip("the in-memory channel layer reaches no other process")
     folder = tmp_path / "ws"
     folder.mkdir()
     with ScriptedServer(model="scripted") as model:
@@ -122,8 +117,6 @@ async def test_with_a_worker_alive_ctrl_c_in_the_terminal_stops_the_reply_the_wo
 
 
 async def test_with_a_worker_alive_a_terminal_killed_mid_reply_takes_nothing_with_it(user: Any, tmp_path: Path) -> None:
-    if settings.CACHET_CHANNEL_LAYER == "memory":
-        pytest.skip("the in-memory channel layer reaches no other process")
     folder = tmp_path / "ws"
     folder.mkdir()
     with ScriptedServer(model="scripted") as model:

@@ -48,6 +48,11 @@ class Proxy:
     def close(self) -> None:
         self.cut()
 
+    def open_connections(self) -> int:
+        """Connections through the proxy that neither side has closed."""
+        with self._lock:
+            return len(self._sockets) // 2
+
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
@@ -88,6 +93,8 @@ class Proxy:
         for sock in (source, sink):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            self._sockets.difference_update((source, sink))
 
 
 @contextlib.contextmanager

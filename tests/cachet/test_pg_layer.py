@@ -5,6 +5,7 @@ and what happens when Postgres goes away and comes back."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import subprocess
@@ -139,8 +140,8 @@ async def test_an_expired_message_is_dropped_and_its_unread_channel_leaves_its_g
     clock.advance(11)
     await layer.send(read, {"type": "new"})
     assert (await got(layer, read))["type"] == "new"
-    await layer.group_send("tabs", {"type": "wakes the layer's thread, which looks for expired messages"})
-    await until(lambda: "tabs" not in layer._groups)
+    await layer.group_send("tabs", {"type": "wakes the connection's task, which looks for expired messages"})
+    await until(lambda: all("tabs" not in link.groups for link in layer._links.values()))
 
 
 async def test_a_full_channel_refuses_a_send_and_is_skipped_by_a_group_send(make: Make) -> None:
@@ -215,7 +216,7 @@ async def test_two_real_processes_reach_each_other_s_groups_and_channels(make: M
             peer.wait()
 
 
-async def test_it_listens_again_after_postgres_ends_its_connection_with_one_warning(
+async def test_it_listens_again_after_postgres_ends_its_connection_with_a_warning_at_each_end(
     make: Make, caplog: pytest.LogCaptureFixture
 ) -> None:
     here, there = make(), make()
@@ -228,23 +229,65 @@ async def test_it_listens_again_after_postgres_ends_its_connection_with_one_warn
     await until(lambda: here.backend_pid not in (None, first))
     await there.group_send("tabs", {"type": "after"})
     assert (await got(here, tab))["type"] == "after"
-    warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
-    assert len(warnings) == 1, [record.getMessage() for record in warnings]
-    assert "lost its connection" in warnings[0].getMessage()
+    warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert "lost its connection" in warnings[0]
+    assert "reaches Postgres again" in warnings[1]
+
+
+async def test_using_the_layer_starts_no_thread(make: Make) -> None:
+    """Its connections are psycopg's async ones, driven by a task on the loop that uses the layer."""
+    before = threading.active_count()
+    here, there = make(), make()
+    tab, far = await here.new_channel(), await there.new_channel()
+    await here.group_add("tabs", tab)
+    await there.group_send("tabs", {"type": "group"})
+    await there.group_send("tabs", {"type": "big", "text": MB})
+    await here.send(far, {"type": "direct"})
+    assert [(await got(here, tab))["type"] for _ in range(2)] == ["group", "big"]
+    assert (await got(there, far))["type"] == "direct"
+    assert here.connected and there.connected
+    assert threading.active_count() == before, [thread.name for thread in threading.enumerate()]
+
+
+async def test_each_loop_has_a_connection_of_its_own_closed_with_its_loop(make: Make) -> None:
+    layer = make()
+    tab = await layer.new_channel()
+    await layer.group_add("tabs", tab)
+    mine = layer.backend_pid
+
+    def from_a_thread() -> tuple[int | None, int]:
+        async def use() -> tuple[int | None, int]:
+            await layer.group_send("tabs", {"type": "from another loop"})
+            theirs = await layer.new_channel()
+            await layer.send(theirs, {"type": "to that loop"})
+            assert (await got(layer, theirs))["type"] == "to that loop"
+            return layer.backend_pid, len(layer._links)
+
+        return asyncio.run(use())
+
+    theirs, links = await asyncio.to_thread(from_a_thread)
+    assert theirs is not None and theirs != mine and links == 2
+    assert (await got(layer, tab))["type"] == "from another loop"
+    assert len(layer._links) == 1  # the other loop's ended with it
+    backends = await asyncio.to_thread(
+        _sql, "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (pg_layer.APPLICATION_NAME,)
+    )
+    assert theirs not in {row[0] for row in backends}
 
 
 class _Proxied(PostgresChannelLayer):
-    """A layer whose connection goes through ``proxy``, to take Postgres away from it alone."""
+    """A layer whose connections go through ``proxy``, to take Postgres away from it alone."""
 
     def __init__(self, through: Proxy, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.through = through
 
-    def _open(self) -> psycopg.Connection[Any]:
+    async def _open(self) -> psycopg.AsyncConnection[Any]:
         from django.db import connections
 
         params = connections["default"].get_connection_params()
-        return psycopg.connect(
+        return await psycopg.AsyncConnection.connect(
             host="127.0.0.1",
             port=self.through.port,
             dbname=params["dbname"],
@@ -285,20 +328,76 @@ async def test_while_postgres_is_away_sends_fail_at_once_with_one_warning_and_gr
             await away.send(await there.new_channel(), {"type": "elsewhere"})
         joined = await away.new_channel()
         await away.group_add("joined-meanwhile", joined)  # kept, and listened to once Postgres is back
-        warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
-        assert len(warnings) == 1, [record.getMessage() for record in warnings]
+        await asyncio.sleep(3)  # tries to connect again, backing off: 0.05 s, 0.1 s, … 2 s
+        for _ in range(20):
+            with pytest.raises(LayerUnavailable):
+                await away.group_send("tabs", {"type": "during"})
+        warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+        assert len(warnings) == 1, warnings
         assert all(record.exc_info is None for record in caplog.records)
 
         postgres_proxy.mend()
         await until(lambda: away.connected)
         await there.group_send("tabs", {"type": "back"})
         await there.group_send("joined-meanwhile", {"type": "back"})
-        assert (await got(away, tab))["type"] == "back"
+        while (message := await got(away, tab))["type"] == "during":
+            pass
+        assert message["type"] == "back"
         assert (await got(away, joined))["type"] == "back"
         await away.group_send("tabs", {"type": "sent again"})
         assert (await got(away, tab))["type"] == "sent again"
+        warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+        assert len(warnings) == 2 and "reaches Postgres again" in warnings[1], warnings
+        assert all(record.exc_info is None for record in caplog.records)
     finally:
         await away.close()
+
+
+@contextlib.contextmanager
+def _another_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop running in a thread of the test's, as a second one of a process would."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+async def test_an_outage_that_every_loop_of_a_layer_sees_is_told_once(
+    database: str, postgres_proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    away = _Proxied(postgres_proxy)
+    with _another_loop() as other:
+
+        async def join() -> str:
+            channel = await away.new_channel()
+            await away.group_add("there", channel)
+            return channel
+
+        def on_other(coroutine: Any) -> Any:
+            return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, other))
+
+        try:
+            tab = await away.new_channel()
+            await away.group_add("tabs", tab)
+            theirs = await on_other(join())
+            assert len(away._links) == 2 and all(link.state is pg_layer._State.UP for link in away._links.values())
+            caplog.set_level(logging.INFO, logger="cachet.pg_layer")
+            postgres_proxy.cut()
+            await until(lambda: all(link.state is not pg_layer._State.UP for link in away._links.values()))
+            await asyncio.sleep(1)
+            postgres_proxy.mend()
+            await until(lambda: all(link.state is pg_layer._State.UP for link in away._links.values()))
+            await away.group_send("there", {"type": "back"})
+            assert (await on_other(got(away, theirs)))["type"] == "back"
+            warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+            assert len(warnings) == 2, warnings
+        finally:
+            await away.close()
 
 
 class _Reconnecting(_Proxied):
@@ -307,15 +406,16 @@ class _Reconnecting(_Proxied):
     def __init__(self, through: Proxy, **kwargs: Any) -> None:
         super().__init__(through, **kwargs)
         self.opened = 0
-        self.trying = threading.Event()
-        self.release = threading.Event()
+        self.trying = asyncio.Event()
+        self.release = asyncio.Event()
 
-    def _open(self) -> psycopg.Connection[Any]:
+    async def _open(self) -> psycopg.AsyncConnection[Any]:
         self.opened += 1
         if self.opened == 1:
-            return super()._open()
+            return await super()._open()
         self.trying.set()
-        self.release.wait(20)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.release.wait(), 20)
         raise psycopg.OperationalError("connection refused")
 
 
@@ -328,7 +428,7 @@ async def test_a_group_send_waiting_on_a_try_to_connect_that_fails_still_reaches
         await layer.group_add("tabs", tab)
         await until(lambda: layer.connected)
         postgres_proxy.cut()
-        await asyncio.to_thread(layer.trying.wait, 20)
+        await asyncio.wait_for(layer.trying.wait(), 20)
         sending = asyncio.ensure_future(layer.group_send("tabs", {"type": "during"}))
         await asyncio.sleep(0.1)
         assert not sending.done()  # it waits for the try, not failing at once

@@ -6,16 +6,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from django.conf import settings
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cachet.redis_layer import RedisPubSubLayer, channel_prefix
-from chat.web.publisher import Relay, _Send, session_group
+from chat.wire import session_group
 from tests.cachet.proxy_kit import Proxy, proxy
 from tests.redis_kit import REDIS, RedisDatabase
 
@@ -144,23 +147,29 @@ async def test_the_first_socket_after_redis_is_back_works_on_a_connection_that_w
     assert (await asyncio.wait_for(layer.receive(later), 5))["type"] == "first after"
 
 
-async def test_a_relay_whose_layer_fails_logs_one_line_not_a_traceback_per_piece(
-    layer: RedisPubSubLayer, redis_proxy: tuple[Proxy, str], caplog: pytest.LogCaptureFixture
-) -> None:
-    tab = await layer.new_channel()
-    await layer.group_add(session_group(7), tab)
-    redis_proxy[0].cut()
-    caplog.set_level(logging.INFO, logger="chat.web.publisher")
-    relay = Relay(session_id=7, layer=layer, loop=asyncio.get_running_loop())
-    relay.start()
-    for number in range(100):
-        relay.put(_Send(f"piece {number}", None))
-    relay.close()
-    await asyncio.wait_for(relay.finished(), 30)
-    records = [record for record in caplog.records if record.name == "chat.web.publisher"]
-    assert len(records) == 1, [record.getMessage() for record in records]
-    assert records[0].exc_info is None
-    assert "could not send an update to the page" in records[0].getMessage()
+async def test_it_is_built_on_redis_py_alone_not_on_channels_redis_s_internals() -> None:
+    code = "import sys, cachet.redis_layer; print(sorted(m for m in sys.modules if m.startswith('channels_redis')))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=settings.BASE_DIR, capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+async def test_a_loop_s_connections_close_with_it(redis_proxy: tuple[Proxy, str]) -> None:
+    url = redis_proxy[1]
+    layer = RedisPubSubLayer(hosts=[{"address": url, "socket_timeout": 5.0}], prefix=channel_prefix(url))
+
+    async def use() -> None:
+        tab = await layer.new_channel()
+        await layer.group_add("tabs", tab)
+        await layer.group_send("tabs", {"type": "once"})
+        assert (await asyncio.wait_for(layer.receive(tab), 5))["type"] == "once"
+
+    opened = redis_proxy[0].connections
+    await asyncio.to_thread(asyncio.run, use())
+    assert redis_proxy[0].connections > opened
+    assert not layer._links
+    await until(lambda: redis_proxy[0].open_connections() == 0)
 
 
 async def test_the_prefix_is_the_databases_own() -> None:
