@@ -1,6 +1,6 @@
 """The embedded Postgres that Cachet uses when ``DATABASE_URL`` is unset: the ``pgserver`` package's server in
 ``$CACHET_DATA/pg``, started by the first database connection of a process (never by an import) and started
-again by the next connection when it has stopped."""
+again by the next connection when it has stopped; the last process using it stops it as it exits."""
 
 from __future__ import annotations
 
@@ -33,7 +33,27 @@ _process = _Process()
 
 
 def _exiting() -> None:
+    """This process exits: its server is not started again, and processes that used it and died without saying so
+    (killed, or ended by ``os._exit``) are forgotten, so the last one out stops it (``pgserver`` counts its users
+    by pid, and one dead pid kept every later exit from stopping the server)."""
     _process.exiting = True
+    for server in list(_servers.values()):
+        with contextlib.suppress(Exception), server._lock:
+            users = server.global_process_id_list
+            pids = users.get()
+            alive = [pid for pid in pids if pid == os.getpid() or _alive(pid)]
+            if alive != pids:
+                logger.debug("forgetting the embedded Postgres's users that died: %s", sorted(set(pids) - set(alive)))
+                users.put(alive)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
 
 
 @dataclass(frozen=True)

@@ -145,11 +145,11 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 # The pub/sub layer has no blocking command (its subscription is polled with a timeout of its own): an answer
 # that takes longer than this means Redis is away, and the send fails rather than holding its relay.
 REDIS_SOCKET_TIMEOUT = 5.0
-# The channel layer always crosses processes: Postgres LISTEN/NOTIFY on the database (``cachet.pg_layer``), or
-# Redis where REDIS_URL is set. CACHET_CHANNEL_LAYER=memory keeps it inside one process (nothing else reaches it).
+# The channel layer always crosses processes (replies run in workers): Postgres LISTEN/NOTIFY on the database
+# (``cachet.pg_layer``), or Redis where REDIS_URL is set.
 CACHET_CHANNEL_LAYER = os.environ.get("CACHET_CHANNEL_LAYER") or ("redis" if REDIS_URL else "postgres")
-if CACHET_CHANNEL_LAYER not in {"postgres", "redis", "memory"}:
-    raise ValueError(f"CACHET_CHANNEL_LAYER is postgres, redis or memory, not {CACHET_CHANNEL_LAYER!r}")
+if CACHET_CHANNEL_LAYER not in {"postgres", "redis"}:
+    raise ValueError(f"CACHET_CHANNEL_LAYER is postgres or redis, not {CACHET_CHANNEL_LAYER!r}")
 if CACHET_CHANNEL_LAYER == "redis" and not REDIS_URL:
     raise ValueError("CACHET_CHANNEL_LAYER=redis needs REDIS_URL")
 CHANNEL_LAYERS: dict[str, Any]
@@ -165,10 +165,8 @@ if CACHET_CHANNEL_LAYER == "redis":
             },
         }
     }
-elif CACHET_CHANNEL_LAYER == "postgres":
-    CHANNEL_LAYERS = {"default": {"BACKEND": "cachet.pg_layer.PostgresChannelLayer", "CONFIG": {"capacity": 5000}}}
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "cachet.channel_layer.LocalChannelLayer", "CONFIG": {"capacity": 5000}}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "cachet.pg_layer.PostgresChannelLayer", "CONFIG": {"capacity": 5000}}}
 
 # The login failure counters and rendered markdown: shared through Redis where several processes serve; while
 # Redis is away, in each process's memory (``cachet.cache``).
@@ -302,15 +300,19 @@ CACHET_SANDBOX_USER = os.environ.get("CACHET_SANDBOX_USER") or "cachet-sandbox"
 # The disk quota of a new workspace, in megabytes (0: none); staff change each workspace's in the admin.
 CACHET_WORKSPACE_QUOTA_MB = int(os.environ.get("CACHET_WORKSPACE_QUOTA_MB") or "10240")
 
+# An outage of Postgres is said once by the worker when it begins and once when it ends (chat.worker.process), not by
+# the queue's library at every poll and heartbeat (its tracebacks), nor by the connection pool at every try.
 LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"outage": {"()": "chat.worker.quiet.OutageNoise"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["outage"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "pgserver": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
         "axes": {"level": "WARNING"},
         "procrastinate": {"level": "WARNING"},
+        "psycopg.pool": {"level": "ERROR"},
     },
 }

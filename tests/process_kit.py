@@ -36,14 +36,15 @@ def test_database_url() -> str:
 
 
 def cachet_env(*, data: Path, redis_url: str | None, **extra: str) -> dict[str, str]:
-    """The environment of a Cachet process on the test database (and ``redis_url``'s Redis, where given)."""
+    """The environment of a Cachet process on the test database (and ``redis_url``'s Redis, where given); ``extra``
+    adds to it, or replaces ``DATABASE_URL`` (the test database through a proxy, say)."""
     env = {
         key: value
         for key, value in os.environ.items()
         if key not in {"DATABASE_URL", "REDIS_URL", "CACHET_DATA", "SECRET_KEY", "DEBUG", "PYTEST_CURRENT_TEST"}
     }
     env.update(
-        DATABASE_URL=test_database_url(),
+        DATABASE_URL=extra.pop("DATABASE_URL", "") or test_database_url(),
         CACHET_DATA=str(data),
         SECRET_KEY=SECRET_KEY,
         DJANGO_SETTINGS_MODULE="cachet.settings",

@@ -70,9 +70,10 @@ class Served:
 
 
 @contextlib.contextmanager
-def served(data: Path, **environment: str) -> Iterator[Served]:
-    """``manage.py serve`` on a free loopback port of the test database, with ``environment`` added, until the
-    block ends. The test database must be one the subprocess sees: use it from ``transaction=True`` tests."""
+def served(data: Path, *options: str, **environment: str) -> Iterator[Served]:
+    """``manage.py serve`` on a free loopback port of the test database, with ``options`` (``--no-worker``) and
+    ``environment`` added, until the block ends. The test database must be one the subprocess sees: use it from
+    ``transaction=True`` tests."""
     env = {
         key: value
         for key, value in os.environ.items()
@@ -91,7 +92,7 @@ def served(data: Path, **environment: str) -> Iterator[Served]:
         **environment,
     )
     popen = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", "0"],
+        [sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", "0", *options],
         cwd=settings.BASE_DIR,
         env=env,
         stdin=subprocess.DEVNULL,

@@ -165,10 +165,87 @@ def _caddy_site() -> list[str]:
     return [line for line in re.findall(r"^\s*(\S.*)$", site.group(1), re.M) if not line.startswith("#")]
 
 
+def _proxy_options(site: list[str], upstreams: str) -> list[str]:
+    """The options of the site's ``reverse_proxy UPSTREAMS { … }`` block, one a line (nested blocks' too)."""
+    opening = site.index(f"reverse_proxy {upstreams} {{")
+    depth = 0
+    for at, line in enumerate(site[opening:], start=opening):
+        depth += line.endswith("{") - (line == "}")
+        if depth == 0:
+            return site[opening + 1 : at]
+    raise AssertionError(f"reverse_proxy {upstreams} is not closed")
+
+
 def test_the_caddy_example_proxies_to_web_with_internal_tls() -> None:
     site = _caddy_site()
-    assert site[0] == "tls internal" and site[-1] == "reverse_proxy web:8000"
+    assert site[0] == "tls internal" and site[-1] == "}" and "reverse_proxy web:8000 {" in site
     assert SERVICES["proxy"]["ports"] == ["80:80", "443:443"]
+
+
+def _skips_a_web_process_that_is_down(options: list[str]) -> None:
+    """Caddy tries another web process (or the same, once back) rather than answer 502, leaves one that failed
+    alone, and asks each for a static file (which needs no database: an outage of Postgres marks none down)."""
+    assert "lb_try_duration 10s" in options and "fail_duration 30s" in options, options
+    assert "health_uri /static/cachet/favicon.svg" in options and "health_interval 5s" in options, options
+    assert (ROOT / "static" / "cachet" / "favicon.svg").exists()
+    assert "X-Forwarded-Proto https" in options, "else Cachet behind TLS answers the health check with a redirect"
+
+
+def test_the_caddy_example_skips_a_web_process_that_is_down() -> None:
+    _skips_a_web_process_that_is_down(_proxy_options(_caddy_site(), "web:8000"))
+
+
+def _documented(heading: str) -> str:
+    """The text of docs/deployment.md's section ``### HEADING``."""
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    match = re.search(rf"^### {re.escape(heading)}\n(.*?)(?=^##)", text, re.S | re.M)
+    assert match is not None, heading
+    return match.group(1)
+
+
+def test_the_documented_caddy_block_for_several_web_processes_skips_one_that_is_down() -> None:
+    section = _documented("Web processes and workers")
+    block = re.search(r"^```\n(cachet\.lan \{\n.*?^\})\n```", section, re.S | re.M)
+    assert block is not None
+    site = [line.strip() for line in block.group(1).splitlines()[1:-1]]
+    options = _proxy_options(site, "127.0.0.1:8001 127.0.0.1:8002")
+    assert "lb_policy least_conn" in options
+    _skips_a_web_process_that_is_down(options)
+
+
+def test_the_https_section_shows_the_caddyfile_as_it_is() -> None:
+    caddyfile = (ROOT / "deploy" / "Caddyfile").read_text()
+    site = re.search(r"^cachet\.lan \{\n.*?^\}", caddyfile, re.S | re.M)
+    assert site is not None
+    without_comments = "\n".join(line for line in site.group(0).splitlines() if not line.strip().startswith("#"))
+    assert f"```\n{without_comments}\n```" in _documented("HTTPS through Caddy")
+
+
+def test_every_service_is_started_again_when_it_stops() -> None:
+    for name, service in SERVICES.items():
+        assert service.get("restart") == "unless-stopped", f"{name} is not started again should it die"
+
+
+def test_docker_waits_for_a_stopping_worker_longer_than_it_takes() -> None:
+    from chat.management.commands.worker import STOP_LIMIT_SECONDS
+
+    for name in ("web", "worker"):
+        grace = SERVICES[name]["stop_grace_period"]
+        assert grace.endswith("s") and int(grace[:-1]) > STOP_LIMIT_SECONDS, (name, grace)
+
+
+@pytest.mark.parametrize("unit", ["cachet-web@.service", "cachet-worker@.service"])
+def test_the_documented_systemd_units_start_a_process_again_when_it_fails(unit: str) -> None:
+    section = _documented("Web processes and workers")
+    match = re.search(rf"^```ini\n# {re.escape(unit)}: .*?\n(.*?)^```", section, re.S | re.M)
+    assert match is not None, f"docs/deployment.md gives no {unit}"
+    lines = match.group(1).splitlines()
+    assert "Restart=on-failure" in lines and "KillSignal=SIGTERM" in lines, lines
+    command = next(line for line in lines if line.startswith("ExecStart="))
+    expected = "manage.py serve --no-worker" if unit.startswith("cachet-web") else "manage.py worker"
+    assert f"/.venv/bin/python {expected}" in command, command
+    stop = next(line for line in lines if line.startswith("TimeoutStopSec="))
+    assert int(stop.split("=")[1]) > 15, "a worker may take 15 s to stop"
 
 
 def test_the_caddy_example_refuses_bodies_past_cachets_limits(settings: Any) -> None:

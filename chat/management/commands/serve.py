@@ -1,10 +1,13 @@
 """``manage.py serve``: migrate, seed what the environment configures, say whether each model endpoint
 answers, then run Cachet: Daphne in this process and a worker (``manage.py worker``) in a process of its own,
-started again when it dies; Ctrl-C stops both."""
+started again when it dies. Ctrl-C and SIGTERM alike stop both (a worker started again too), and the embedded
+Postgres when this process started it. Processes that start together migrate and seed one at a time (an advisory
+lock), so none of them fails for the other's tables."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -18,10 +21,12 @@ from typing import IO, Any
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from chat.agent.budget import Window, endpoint_window
 from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.agent.workspace import commands_folder_line
+from chat.management.commands.worker import SUPERVISOR_ENV
 from sessions_app.folders import workspace_roots
 from sessions_app.models import DEFAULT_ENDPOINT_NAME, Workspace
 from sessions_app.selectors.sessions import endpoint_list
@@ -32,6 +37,12 @@ from sessions_app.services.workspaces import private_folders_close
 STARTUP_LIST_TIMEOUT = 3.0
 WORKER_STOP_SECONDS = 20.0  # a stopping worker's replies get its own 10 s, then it is killed
 RESTART_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0)  # after a worker that died within a minute of its start
+SETUP_LOCK = (7356, 1)  # the advisory lock held while a process migrates and seeds (7355 is the sessions')
+LISTEN_BACKLOG = 1024  # connections the kernel holds for Daphne to accept (Twisted's default, 50, dropped the rest)
+# How long a websocket's opening may take before Daphne gives up on it. Daphne's 5 s dropped tabs that opened
+# together (a team reloading after a restart): each waited behind the others' session lookups, and the work done
+# for those dropped was lost, so of 150 opened at once 11 got through. A tab waits this long instead.
+WEBSOCKET_OPEN_SECONDS = 60
 
 
 class SupervisedWorker:
@@ -42,18 +53,23 @@ class SupervisedWorker:
         self.process: subprocess.Popen[bytes] | None = None
         self.stopping = threading.Event()
         self.starts = 0
+        self._lock = threading.Lock()  # a worker is started, or the stop takes the one there is: never both at once
         self._thread = threading.Thread(target=self._supervise, name="cachet-worker-supervisor", daemon=True)
 
     def _start(self) -> subprocess.Popen[bytes]:
         self.starts += 1
-        return subprocess.Popen([sys.executable, str(settings.BASE_DIR / "manage.py"), "worker"])
+        env = {**os.environ, SUPERVISOR_ENV: str(os.getpid())}
+        return subprocess.Popen([sys.executable, str(settings.BASE_DIR / "manage.py"), "worker"], env=env)
 
     def _supervise(self) -> None:
         quick_deaths = 0
-        while not self.stopping.is_set():
-            started = time.monotonic()
-            self.process = self._start()
-            code = self.process.wait()
+        while True:
+            with self._lock:
+                if self.stopping.is_set():
+                    return
+                started = time.monotonic()
+                process = self.process = self._start()
+            code = process.wait()
             if self.stopping.is_set():
                 return
             quick_deaths = quick_deaths + 1 if time.monotonic() - started < 60 else 0
@@ -67,18 +83,20 @@ class SupervisedWorker:
         self._thread.start()
 
     def stop(self) -> None:
-        self.stopping.set()
-        process = self.process
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(WORKER_STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            self.say.write(f"The worker did not stop within {WORKER_STOP_SECONDS:g} s; killed it.\n")
-            self.say.flush()
+        """Stop the worker running now, whichever start it is, and start no other."""
+        with self._lock:
+            self.stopping.set()
+            process = self.process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(WORKER_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                self.say.write(f"The worker did not stop within {WORKER_STOP_SECONDS:g} s; killed it.\n")
+                self.say.flush()
+        self._thread.join(timeout=5)
 
 
 @contextlib.contextmanager
@@ -90,6 +108,49 @@ def supervised_worker(*, say: IO[str]) -> Iterator[SupervisedWorker]:
         yield supervised
     finally:
         supervised.stop()
+
+
+@contextlib.contextmanager
+def setup_lock() -> Iterator[None]:
+    """Held while this process migrates and seeds, on a connection of its own: processes that start together on
+    one database take turns (two at once on a fresh database had one fail in ``migrate``, every time)."""
+    holder = connections.create_connection(DEFAULT_DB_ALIAS)
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", list(SETUP_LOCK))
+        yield
+    finally:
+        holder.close()  # the lock goes with the connection
+
+
+def _quiet_stop() -> None:
+    """SIGINT and SIGTERM are not heard again while this process stops what it started (its worker has its own
+    20 s): a second Ctrl-C or ``kill`` must not leave the worker or the embedded Postgres behind."""
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, signal.SIG_IGN)
+
+
+def daphne(*, host: str, port: int) -> None:
+    """Serve Cachet under Daphne (``chat.web.daphne_server``'s, with its limits) until SIGINT or SIGTERM, with room
+    for many connections at once: ``LISTEN_BACKLOG`` and ``WEBSOCKET_OPEN_SECONDS``."""
+    from daphne.cli import CommandLineInterface
+
+    from chat.web.daphne_server import CachetServer  # installs Twisted's reactor: only now
+
+    class CommandLine(CommandLineInterface):  # type: ignore[misc]
+        server_class = CachetServer
+
+    logging.getLogger("daphne.server").addFilter(lambda record: not record.getMessage().startswith("HTTP/2 support"))
+    interface = host.strip("[]").replace(":", r"\:")
+    limit = str(settings.CACHET_MAX_FRAME_BYTES)
+    CommandLine().run(
+        [
+            *("--endpoint", f"tcp:port={port}:interface={interface}:backlog={LISTEN_BACKLOG}"),
+            *("--websocket_connect_timeout", str(WEBSOCKET_OPEN_SECONDS)),
+            *("--websocket-max-message-size", limit, "--websocket-max-frame-size", limit),
+            "cachet.asgi:application",
+        ]
+    )
 
 
 def endpoint_line(found: EndpointModels) -> str:
@@ -134,32 +195,20 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        call_command("migrate", interactive=False, verbosity=0)
-        call_command("collectstatic", interactive=False, verbosity=0)
-        roots = workspace_roots() or [settings.CACHET_DATA / "workspaces"]
-        seeded = workspaces_seed(spec=settings.CACHET_WORKSPACES, default_folder=roots[0] / "scratch")
-        for refused in seeded.refused:  # the others are seeded and Cachet serves: one bad folder stops nothing else
-            self.stderr.write(
-                f"Workspace {refused.name}: not seeded, Cachet may not use {refused.folder} ({refused.reason})."
-            )
-        endpoint = endpoint_seed(base_url=settings.CACHET_MODEL_URL, model=settings.CACHET_MODEL)
-        password = admin_seed()
-        interrupted = orphans_interrupt()
-        if interrupted:
-            self.stdout.write(
-                f"Marked interrupted the open replies of {len(interrupted)} session(s) of a stopped server."
-            )
+        main = threading.current_thread() is threading.main_thread()
+        before = signal.signal(signal.SIGTERM, signal.default_int_handler) if main else None  # as Ctrl-C until Daphne
+        try:
+            self._serve(**options)
+        except KeyboardInterrupt:
+            _quiet_stop()
+        finally:
+            if before is not None and options["no_serve"]:  # called in a process that goes on (a test, a script)
+                signal.signal(signal.SIGTERM, before)
+
+    def _serve(self, **options: Any) -> None:
+        with setup_lock():
+            password, endpoint = self._set_up()
         url = f"http://{options['host']}:{options['port']}/"
-        for workspace in Workspace.objects.filter(owner__isnull=True).order_by("name"):
-            self.stdout.write(f"Workspace {workspace.name}: {workspace.folder}")
-        private_folders_close()  # folders made before they were closed to other local accounts
-        private = Workspace.objects.filter(owner__isnull=False).count()
-        if private:
-            self.stdout.write(f"Private workspaces: {private}, one for each person who has used Cachet.")
-        for workspace in Workspace.objects.order_by("name"):  # as root: who its commands run as, and whether they can
-            line = commands_folder_line(workspace)
-            if line is not None:
-                self.stdout.write(line)
         listings = endpoints_models(endpoint_list(), timeout=STARTUP_LIST_TIMEOUT, kept=0)
         listed = any(found.endpoint.pk == endpoint.pk and found.listing.listed for found in listings)
         self.stdout.write(
@@ -180,13 +229,44 @@ class Command(BaseCommand):
             return
         self.stdout.write(f"Cachet is serving on {url}")
         self.stdout.flush()
-        from chat.web.daphne_server import serve  # installs Twisted's reactor: only now
-
         if options["no_worker"]:
-            serve(host=options["host"], port=options["port"])
+            daphne(host=options["host"], port=options["port"])
             return
         with supervised_worker(say=sys.stderr):
-            serve(host=options["host"], port=options["port"])
+            try:
+                daphne(host=options["host"], port=options["port"])
+            finally:
+                _quiet_stop()
+
+    def _set_up(self) -> tuple[str | None, Any]:
+        """Migrate, collect the static files, seed, and mark interrupted what a stopped server left; the admin's
+        new password (``None`` when there was one) and the default endpoint."""
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        roots = workspace_roots() or [settings.CACHET_DATA / "workspaces"]
+        seeded = workspaces_seed(spec=settings.CACHET_WORKSPACES, default_folder=roots[0] / "scratch")
+        for refused in seeded.refused:  # the others are seeded and Cachet serves: one bad folder stops nothing else
+            self.stderr.write(
+                f"Workspace {refused.name}: not seeded, Cachet may not use {refused.folder} ({refused.reason})."
+            )
+        endpoint = endpoint_seed(base_url=settings.CACHET_MODEL_URL, model=settings.CACHET_MODEL)
+        password = admin_seed()
+        interrupted = orphans_interrupt()
+        if interrupted:
+            self.stdout.write(
+                f"Marked interrupted the open replies of {len(interrupted)} session(s) of a stopped server."
+            )
+        for workspace in Workspace.objects.filter(owner__isnull=True).order_by("name"):
+            self.stdout.write(f"Workspace {workspace.name}: {workspace.folder}")
+        private_folders_close()  # folders made before they were closed to other local accounts
+        private = Workspace.objects.filter(owner__isnull=False).count()
+        if private:
+            self.stdout.write(f"Private workspaces: {private}, one for each person who has used Cachet.")
+        for workspace in Workspace.objects.order_by("name"):  # as root: who its commands run as, and whether they can
+            line = commands_folder_line(workspace)
+            if line is not None:
+                self.stdout.write(line)
+        return password, endpoint
 
 
 def _python() -> str:
