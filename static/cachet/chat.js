@@ -2,9 +2,9 @@
 //
 // The websocket sends JSON messages (chat/web/messages.py): "ops" put elements in place by their id, remove
 // them or append text to a form field's value (long words given back to the box), "live" carries the text of
-// the step being streamed with its offset, "rev" is the session revision the page now shows. A tab says hello
-// when its socket opens (what revision it shows, its oldest turn, its last chart bar) and gets back only what it
-// lacks.
+// the step being streamed with its offset (live.js renders it as markdown), "rev" is the session revision the
+// page now shows. A tab says hello when its socket opens (what revision it shows, its oldest turn, its last
+// chart bar) and gets back only what it lacks.
 //
 // Enter sends (or, before the session is ready, queues) and Shift+Enter makes a new line; the box empties once a message is sent and takes the focus
 // back when undo returns its words; Edit turns a message into a box in place; the transcript follows new
@@ -58,6 +58,7 @@
       return;
     }
     htmx.process(element);
+    if (liveView()) liveView().scan(element);
     if (element.id === "composer-text" && element.dataset.focus) {
       element.focus();
       element.setSelectionRange(element.value.length, element.value.length);
@@ -83,22 +84,27 @@
     send({ type: "live" });
   }
 
+  // Append what ``text`` (at offset ``at``) adds to the element's text; true when it added something. The text
+  // so far is kept as a string too (cachetText), so live.js renders it without reading the DOM.
   function appendAt(element, text, at) {
-    if (!element || text === undefined) return;
-    if (element.cachetLength === undefined) element.cachetLength = element.textContent.length;
-    var have = element.cachetLength;
-    if (at > have) { askLive(); return; }
-    if (at + text.length <= have) return;
+    if (!element || text === undefined) return false;
+    if (element.cachetText === undefined) element.cachetText = element.textContent;
+    var have = element.cachetText.length;
+    if (at > have) { askLive(); return false; }
+    if (at + text.length <= have) return false;
     var fresh = text.slice(have - at);
     element.appendChild(document.createTextNode(fresh));
-    element.cachetLength = have + fresh.length;
+    element.cachetText += fresh;
+    return true;
   }
 
   function clear(element) {
     if (!element) return;
     element.textContent = "";
-    element.cachetLength = 0;
+    element.cachetText = "";
   }
+
+  function liveView() { return window.cachetLive; }
 
   function applyLive(live) {
     var area = document.getElementById("live-" + live.turn);
@@ -112,6 +118,7 @@
       area.dataset.step = String(live.step);
       clear(stream); clear(reasoning);
       if (calls) calls.textContent = "";
+      if (liveView()) liveView().clear(area);
     }
     (live.calls || []).forEach(function (name) {
       if (!calls) return;
@@ -119,7 +126,7 @@
       item.textContent = "calling " + name + "…";
       calls.appendChild(item);
     });
-    appendAt(stream, live.text, live.text_at || 0);
+    if (appendAt(stream, live.text, live.text_at || 0) && liveView()) liveView().update(area);
     appendAt(reasoning, live.reasoning, live.reasoning_at || 0);
   }
 
@@ -134,6 +141,9 @@
     }
     sendQueued();
   }
+
+  // What the websocket's messages go through, for the browser tests (tests/browser/test_browser_live_render.py).
+  window.cachetChat = { apply: apply };
 
   htmx.defineExtension("cachet", {
     transformResponse: function (text, xhr) {

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from chat.web import jobs
 from sessions_app.models import ModelEndpoint, Workspace
 from testing.scripted_server import ScriptedServer
 from tests.browser.browser_kit import CHROMIUM, CHROMIUM_ARGS, PASSWORDS, Browser, Launched, World
@@ -133,6 +132,5 @@ def browser(world: World, launched: Launched) -> Iterator[Browser]:
         finally:
             for context in held.contexts:
                 context.close()
-    jobs.wait_idle(timeout=20, cancel=True)
     assert held.foreign_requests() == [], "a page asked another host"
     assert held.errors == [], "a page logged an error"
