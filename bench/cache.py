@@ -56,13 +56,14 @@ an interface.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -313,6 +314,7 @@ def record_session(work: Path, name: str, actions: Sequence[Action]) -> Recorded
     from sessions_app.models import ModelEndpoint, Workspace
     from sessions_app.selectors.sessions import history_turns
     from sessions_app.services.sessions import session_start
+    from testing.drive import run_to_end
     from testing.scripted_server import ScriptedServer
 
     folder = work / name
@@ -333,7 +335,7 @@ def record_session(work: Path, name: str, actions: Sequence[Action]) -> Recorded
             before = len(server.requests)
             earlier = list(history_turns(loop.session))
             server.push(*action.steps)
-            events: Iterator[object]
+            events: AsyncGenerator[Any, None]
             if action.kind == "send":
                 events = loop.send(action.words)
                 clock += timedelta(minutes=3)
@@ -341,8 +343,7 @@ def record_session(work: Path, name: str, actions: Sequence[Action]) -> Recorded
                 events = loop.undo(restore=True)
             else:
                 events = loop.compact()
-            for _event in events:
-                pass
+            run_to_end(events)
             if server.remaining:
                 raise RuntimeError(f"{name}: {action.kind} left {server.remaining} scripted steps unused")
             for position, body in enumerate(server.requests[before:]):
@@ -484,7 +485,9 @@ def send(server: LlamaServer, body: bytes) -> Usage:
     from chat.agent.model import Timeouts, stream_chat
 
     timeouts = Timeouts(connect=10, first_token=1800, between_chunks=600)
-    completion = stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=timeouts).complete()
+    completion = asyncio.run(
+        stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=timeouts).complete()
+    )
     timings = completion.timings or {}
     prompt = completion.prompt_tokens or 0
     cached = completion.cached_tokens or 0

@@ -73,6 +73,7 @@ def record(mode: str) -> dict[str, Any]:
     from chat.tools import tool_list
     from sessions_app.models import ModelEndpoint, Workspace
     from sessions_app.services.sessions import session_start
+    from testing.drive import run_to_end
     from testing.scripted_server import ScriptedServer
 
     make_workspace(work / "app")
@@ -96,8 +97,7 @@ def record(mode: str) -> dict[str, Any]:
             mode=mode,
         )
         server.push(*action.steps)
-        for _event in ReplyLoop(session, date="2026-12-05").send(action.words):
-            pass
+        run_to_end(ReplyLoop(session, date="2026-12-05").send(action.words))
         body: dict[str, Any] = json.loads(server.requests[0])
     return body
 

@@ -18,6 +18,7 @@ It prints, per variant, prompt tokens, cached tokens, prompt-processing millisec
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -103,6 +104,7 @@ def main() -> None:
     from chat.tools import tool_list
     from sessions_app.models import LastRequest, ModelEndpoint, ModelRequest, Workspace
     from sessions_app.services.sessions import session_start
+    from testing.drive import run_to_end
     from testing.llama import LlamaServer
     from testing.tiny_gguf import ModelShape, write_model
 
@@ -119,7 +121,7 @@ def main() -> None:
     for server in servers.values():
         server.start()
         warmup = b'{"model":"bench","messages":[{"role":"user","content":"warm up"}],"stream":true}'
-        stream_chat(base_url=server.base_url, api_key=None, body=warmup, timeouts=timeouts)
+        asyncio.run(stream_chat(base_url=server.base_url, api_key=None, body=warmup, timeouts=timeouts).complete())
     try:
         user, _ = get_user_model().objects.get_or_create(username="bench")
         folder = work / "ws"
@@ -142,10 +144,7 @@ def main() -> None:
         header = f"{'turn':>4} | " + " | ".join(f"{name:>7} prompt/cached/ms" for name in servers)
         print(header)
         for turn in range(1, args.turns + 1):
-            for _event in loop.send(
-                f"Turn {turn}: look at this code and say what it does.\n{_paste(turn, args.paste)}"
-            ):
-                pass
+            run_to_end(loop.send(f"Turn {turn}: look at this code and say what it does.\n{_paste(turn, args.paste)}"))
             request = ModelRequest.objects.filter(session=session).order_by("-id").first()
             assert request is not None
             body = bytes(LastRequest.objects.get(session=session).body)
@@ -157,9 +156,10 @@ def main() -> None:
                 ttft=request.time_to_first_token,
             )
             for variant in ("clock", "prune"):
-                completion = stream_chat(
+                answer = stream_chat(
                     base_url=servers[variant].base_url, api_key=None, body=_rewrite(body, variant), timeouts=timeouts
-                ).complete()
+                )
+                completion = asyncio.run(answer.complete())
                 prompt_ms = (completion.timings or {}).get("prompt_ms")
                 figures[variant].add(
                     prompt=completion.prompt_tokens,
