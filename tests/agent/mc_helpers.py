@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from chat.agent.model import Idle, ModelClient
+from chat.agent.model import Completion, ModelClient, ModelStream, StreamPiece
 
 SYSTEM = "You are Cachet's test model. Answer briefly and keep to the point. " * 12
 
@@ -67,7 +67,8 @@ def bytewise(data: bytes) -> list[bytes]:
     return [data[i : i + 1] for i in range(len(data))]
 
 
-def collect(stream: Any) -> tuple[Any, list[Any]]:
-    """Iterate a model stream to its end: its completion, and the pieces it yielded (idle ticks left out)."""
-    pieces = [piece for piece in stream if not isinstance(piece, Idle)]
+async def collect(stream: ModelStream) -> tuple[Completion, list[StreamPiece]]:
+    """Iterate a model stream to its end: its completion, and the pieces it yielded."""
+    pieces = [piece async for piece in stream]
+    assert stream.completion is not None
     return stream.completion, pieces

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-
-from chat.agent.model.cancel import PLAIN_EVENT_SECONDS, Cancel, longest_wait, woken_by
+from chat.agent.model.cancel import Cancel, woken_by
 
 
 def test_set_runs_the_hooks_registered_while_they_are() -> None:
@@ -27,12 +25,8 @@ def test_a_hook_registered_on_a_set_cancel_runs_at_once() -> None:
         assert woken == [True]
 
 
-def test_a_plain_event_wakes_nothing_and_is_looked_at_often() -> None:
-    event = threading.Event()
+def test_without_a_cancel_nothing_is_hooked() -> None:
     woken: list[bool] = []
-    with woken_by(event, lambda: woken.append(True)):
-        event.set()
+    with woken_by(None, lambda: woken.append(True)):
+        pass
     assert woken == []
-    assert longest_wait(event) == PLAIN_EVENT_SECONDS
-    assert longest_wait(Cancel()) == float("inf")
-    assert longest_wait(None) == float("inf")

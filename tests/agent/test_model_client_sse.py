@@ -11,14 +11,17 @@ from chat.agent.model import (
     ModelHTTPError,
     ModelProtocolError,
     ModelStreamCut,
+    ReasoningPiece,
     SSEDecoder,
     SSEEvent,
     StreamAssembler,
+    TextPiece,
     Timeouts,
     ToolCall,
     ToolCallPiece,
     stream_chat,
 )
+from chat.agent.model.assembly import joined
 from tests.agent.mc_helpers import bytewise, delta_chunk, mock_client, sse
 
 FAST = Timeouts(connect=2.0, first_token=5.0, between_chunks=5.0)
@@ -195,9 +198,10 @@ LLAMA_STREAM = sse(
 )
 
 
-def test_stream_fed_byte_by_byte() -> None:
+@pytest.mark.asyncio
+async def test_stream_fed_byte_by_byte() -> None:
     client = mock_client([b": hello\r\n\r\n", *bytewise(LLAMA_STREAM)])
-    done = stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client).complete()
+    done = await stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client).complete()
     assert done.text == "Hello ✓"
     assert done.reasoning == "hm"
     assert done.tool_calls == [ToolCall(0, "c", "read", '{"path": "x"}')]
@@ -206,11 +210,12 @@ def test_stream_fed_byte_by_byte() -> None:
     assert done.model == "tiny"
 
 
-def test_request_headers_and_exact_body() -> None:
+@pytest.mark.asyncio
+async def test_request_headers_and_exact_body() -> None:
     seen: list[httpx.Request] = []
     client = mock_client([LLAMA_STREAM], seen=seen)
     body = b'{"b": 1,   "a": [2]}'
-    stream_chat(base_url="http://m:1/v1/", api_key="sk-1", body=body, timeouts=FAST, client=client).complete()
+    await stream_chat(base_url="http://m:1/v1/", api_key="sk-1", body=body, timeouts=FAST, client=client).complete()
     (request,) = seen
     assert str(request.url) == "http://m:1/v1/chat/completions"
     assert request.method == "POST"
@@ -219,9 +224,10 @@ def test_request_headers_and_exact_body() -> None:
     assert request.headers["authorization"] == "Bearer sk-1"
 
 
-def test_no_authorization_without_key() -> None:
+@pytest.mark.asyncio
+async def test_no_authorization_without_key() -> None:
     seen: list[httpx.Request] = []
-    stream_chat(
+    await stream_chat(
         base_url="http://m/v1",
         api_key=None,
         body=b"{}",
@@ -231,27 +237,30 @@ def test_no_authorization_without_key() -> None:
     assert "authorization" not in seen[0].headers
 
 
-def test_end_after_finish_without_done_is_complete() -> None:
+@pytest.mark.asyncio
+async def test_end_after_finish_without_done_is_complete() -> None:
     body = sse(delta_chunk({"content": "ok"}), delta_chunk({}, finish_reason="stop"))
-    done = stream_chat(
+    done = await stream_chat(
         base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=mock_client([body])
     ).complete()
     assert (done.text, done.finish_reason) == ("ok", "stop")
 
 
-def test_end_before_finish_is_a_cut() -> None:
+@pytest.mark.asyncio
+async def test_end_before_finish_is_a_cut() -> None:
     body = sse(delta_chunk({"content": "par"}), delta_chunk({"content": "tial"}))
     with pytest.raises(ModelStreamCut) as caught:
-        stream_chat(
+        await stream_chat(
             base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=mock_client([body])
         ).complete()
     assert caught.value.partial is not None and caught.value.partial.text == "partial"
 
 
-def test_error_object_mid_stream() -> None:
+@pytest.mark.asyncio
+async def test_error_object_mid_stream() -> None:
     body = sse(delta_chunk({"content": "a"}), {"error": {"code": 500, "message": "context overflow", "type": "x"}})
     with pytest.raises(ModelHTTPError) as caught:
-        stream_chat(
+        await stream_chat(
             base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=mock_client([body])
         ).complete()
     assert caught.value.status == 500
@@ -259,9 +268,10 @@ def test_error_object_mid_stream() -> None:
     assert caught.value.partial is not None and caught.value.partial.text == "a"
 
 
-def test_non_object_data_is_a_protocol_error() -> None:
+@pytest.mark.asyncio
+async def test_non_object_data_is_a_protocol_error() -> None:
     with pytest.raises(ModelProtocolError, match="not a JSON object"):
-        stream_chat(
+        await stream_chat(
             base_url="http://m/v1",
             api_key=None,
             body=b"{}",
@@ -270,9 +280,10 @@ def test_non_object_data_is_a_protocol_error() -> None:
         ).complete()
 
 
-def test_invalid_utf8_is_a_protocol_error() -> None:
+@pytest.mark.asyncio
+async def test_invalid_utf8_is_a_protocol_error() -> None:
     with pytest.raises(ModelProtocolError, match="UTF-8"):
-        stream_chat(
+        await stream_chat(
             base_url="http://m/v1",
             api_key=None,
             body=b"{}",
@@ -281,7 +292,44 @@ def test_invalid_utf8_is_a_protocol_error() -> None:
         ).complete()
 
 
-def test_json_answer_to_a_stream_request_is_a_protocol_error() -> None:
+@pytest.mark.asyncio
+async def test_json_answer_to_a_stream_request_is_a_protocol_error() -> None:
     client = mock_client([b'{"choices": []}'], content_type="application/json")
     with pytest.raises(ModelProtocolError, match="application/json instead of an event stream"):
-        stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client).complete()
+        await stream_chat(base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=client).complete()
+
+
+@pytest.mark.asyncio
+async def test_the_pieces_of_one_read_go_on_as_one() -> None:
+    """What one network read brought is yielded as one piece per run of text (or reasoning); a tool call
+    begun between two runs keeps them apart."""
+    text = sse(
+        delta_chunk({"reasoning_content": "h"}),
+        delta_chunk({"reasoning_content": "m"}),
+        delta_chunk({"content": "Hel"}),
+        delta_chunk({"content": "lo"}),
+        delta_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "read", "arguments": "{}"}}]}),
+        delta_chunk({"content": " again"}),
+    )
+    end = sse(delta_chunk({"content": "!"}), delta_chunk({}, finish_reason="stop"), "[DONE]")
+    stream = stream_chat(
+        base_url="http://m/v1", api_key=None, body=b"{}", timeouts=FAST, client=mock_client([text, end])
+    )
+    pieces = [piece async for piece in stream]
+    assert pieces == [
+        ReasoningPiece("hm"),
+        TextPiece("Hello"),
+        ToolCallPiece(0, "read"),
+        TextPiece(" again"),
+        TextPiece("!"),
+    ]
+    assert stream.completion is not None and stream.completion.text == "Hello again!"
+
+
+def test_joined_keeps_the_order_and_joins_only_neighbours_of_one_kind() -> None:
+    assert joined([]) == []
+    assert joined([TextPiece("a"), ReasoningPiece("b"), ReasoningPiece("c"), TextPiece("d"), TextPiece("e")]) == [
+        TextPiece("a"),
+        ReasoningPiece("bc"),
+        TextPiece("de"),
+    ]

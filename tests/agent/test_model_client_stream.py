@@ -8,6 +8,7 @@ import gc
 import json
 import socket
 import threading
+import time
 import weakref
 
 import pytest
@@ -29,16 +30,19 @@ from tests.listeners import stop_listening
 FAST = Timeouts(connect=2.0, first_token=10.0, between_chunks=10.0)
 
 
-def test_text_streams_in_pieces(server: ScriptedServer) -> None:
+@pytest.mark.asyncio
+async def test_text_streams_in_pieces(server: ScriptedServer) -> None:
     text = "The quick brown fox jumps over the lazy dog. Ünïcödé ✓"
-    server.push(Step(text=text, chunk_size=4))
-    done, got = collect(
+    server.push(Step(text=text, chunk_size=4, delay=0.02))
+    done, got = await collect(
         stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST)
     )
     pieces = [piece.text for piece in got if isinstance(piece, TextPiece)]
     assert done.text == text
     assert "".join(pieces) == text
-    assert len(pieces) == -(-len(text) // 4)
+    assert len(pieces) > 1, "streamed as it came, not at the end"
+    assert len(pieces) <= -(-len(text) // 4), "what one read brought goes on as one piece"
+    assert all(len(piece) % 4 == 0 for piece in pieces[:-1]), "a piece is whole chunks of the server's"
     assert done.reasoning == ""
     assert done.tool_calls == []
     assert done.finish_reason == "stop"
@@ -47,19 +51,21 @@ def test_text_streams_in_pieces(server: ScriptedServer) -> None:
     assert 0 <= done.time_to_first_token <= done.total_time
 
 
-def test_body_is_sent_byte_for_byte(server: ScriptedServer) -> None:
+@pytest.mark.asyncio
+async def test_body_is_sent_byte_for_byte(server: ScriptedServer) -> None:
     body = b'{"stream":true,  "messages":[{"role":"user","content":"caf\\u00e9"}],"model":"m",' + (
         b'"stream_options":{"include_usage":true}}'
     )
     server.push(Step(text="ok"), Step(text="ok"))
-    stream_chat(base_url=server.base_url, api_key="secret", body=body, timeouts=FAST).complete()
-    stream_chat(base_url=server.base_url + "/", api_key=None, body=body, timeouts=FAST).complete()
+    await stream_chat(base_url=server.base_url, api_key="secret", body=body, timeouts=FAST).complete()
+    await stream_chat(base_url=server.base_url + "/", api_key=None, body=body, timeouts=FAST).complete()
     assert server.requests == [body, body]
 
 
-def test_reasoning_then_text(server: ScriptedServer) -> None:
+@pytest.mark.asyncio
+async def test_reasoning_then_text(server: ScriptedServer) -> None:
     server.push(Step(reasoning="Let me think about it.", text="Forty-two."))
-    done, got = collect(
+    done, got = await collect(
         stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST)
     )
     thoughts = [piece.text for piece in got if isinstance(piece, ReasoningPiece)]
@@ -68,7 +74,8 @@ def test_reasoning_then_text(server: ScriptedServer) -> None:
     assert done.text == "Forty-two."
 
 
-def test_several_tool_calls_split_across_chunks(server: ScriptedServer) -> None:
+@pytest.mark.asyncio
+async def test_several_tool_calls_split_across_chunks(server: ScriptedServer) -> None:
     raw = '{"pattern": "def \\\\w+", "glob": "*.py"}'
     server.push(
         Step(
@@ -77,7 +84,7 @@ def test_several_tool_calls_split_across_chunks(server: ScriptedServer) -> None:
             chunk_size=2,
         )
     )
-    done, got = collect(
+    done, got = await collect(
         stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST)
     )
     announced = [(piece.index, piece.name) for piece in got if isinstance(piece, ToolCallPiece)]
@@ -92,9 +99,12 @@ def test_several_tool_calls_split_across_chunks(server: ScriptedServer) -> None:
     assert announced == [(c.index, c.name) for c in done.tool_calls]
 
 
-def test_usage_timings_and_cached_tokens(server: ScriptedServer) -> None:
+@pytest.mark.asyncio
+async def test_usage_timings_and_cached_tokens(server: ScriptedServer) -> None:
     server.push(Step(text="Hi there."))
-    done = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST).complete()
+    done = await stream_chat(
+        base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST
+    ).complete()
     assert done.usage is not None and done.timings is not None
     assert done.prompt_tokens == done.usage["prompt_tokens"] > 50
     assert done.completion_tokens == done.usage["completion_tokens"] > 0
@@ -103,12 +113,15 @@ def test_usage_timings_and_cached_tokens(server: ScriptedServer) -> None:
     assert done.timings["cache_n"] == 0
 
 
-def test_cached_tokens_grow_across_requests_sharing_a_prefix(server: ScriptedServer) -> None:
+@pytest.mark.asyncio
+async def test_cached_tokens_grow_across_requests_sharing_a_prefix(server: ScriptedServer) -> None:
     messages = first_turn("What is in the workspace?")
     results = []
     for answer in ("It holds three files.", "The largest is app.py.", "Done."):
         server.push(Step(text=answer))
-        done = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(messages), timeouts=FAST).complete()
+        done = await stream_chat(
+            base_url=server.base_url, api_key=None, body=chat_body(messages), timeouts=FAST
+        ).complete()
         results.append(done)
         messages = [
             *messages,
@@ -125,24 +138,28 @@ def test_cached_tokens_grow_across_requests_sharing_a_prefix(server: ScriptedSer
 
     server.push(Step(text="Fresh."))
     other = [{"role": "system", "content": "A different system prompt."}, {"role": "user", "content": "Hi"}]
-    fresh = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(other), timeouts=FAST).complete()
+    fresh = await stream_chat(base_url=server.base_url, api_key=None, body=chat_body(other), timeouts=FAST).complete()
     assert fresh.cached_tokens is not None and fresh.cached_tokens < 5
 
 
-def test_same_request_twice_caches_all_but_the_last_token(server: ScriptedServer) -> None:
+@pytest.mark.asyncio
+async def test_same_request_twice_caches_all_but_the_last_token(server: ScriptedServer) -> None:
     body = chat_body(first_turn())
     server.push(Step(text="a"), Step(text="b"))
-    first = stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=FAST).complete()
-    second = stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=FAST).complete()
+    first = await stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=FAST).complete()
+    second = await stream_chat(base_url=server.base_url, api_key=None, body=body, timeouts=FAST).complete()
     assert first.prompt_tokens == second.prompt_tokens
     assert second.cached_tokens == (second.prompt_tokens or 0) - 1
 
 
-def test_tools_count_in_the_prompt(server: ScriptedServer) -> None:
+@pytest.mark.asyncio
+async def test_tools_count_in_the_prompt(server: ScriptedServer) -> None:
     tools = [{"type": "function", "function": {"name": "read", "description": "Read a file. " * 10}}]
     server.push(Step(text="a"), Step(text="b"))
-    bare = stream_chat(base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST).complete()
-    with_tools = stream_chat(
+    bare = await stream_chat(
+        base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST
+    ).complete()
+    with_tools = await stream_chat(
         base_url=server.base_url, api_key=None, body=chat_body(first_turn(), tools=tools), timeouts=FAST
     ).complete()
     assert (with_tools.prompt_tokens or 0) > (bare.prompt_tokens or 0) + 20
@@ -191,57 +208,80 @@ class _Receiver:
         stop_listening(self.listener, self.thread)
 
 
-@pytest.mark.parametrize("reads", [False, True])
-def test_start_returns_once_the_request_is_written(reads: bool) -> None:
-    """What the caller does after ``start`` (storing, rendering) must not wait for the model's answer:
-    ``start`` returns once the request is written, and waits no longer than ``SEND_WAIT_SECONDS`` for that."""
-    receiver = _Receiver()
-    if reads:
-        receiver.reading.set()
-    body = b'{"messages": [], "padding": "' + b"x" * (16 << 20) + b'"}'  # more than the socket buffers hold
-    answer = stream_chat(base_url=receiver.base_url, api_key=None, body=body, timeouts=FAST)
-    answer.start()
-    written = answer.sent
-    try:
-        if reads:
-            # all of it written: what the server has not read yet is at most what the buffers between hold
-            assert written, "start returned once the request was written"
-            assert receiver.received > len(body) // 2, "the request was written before start returned"
-        else:
-            # the receiver reads nothing for 10 s: start gave up waiting (after SEND_WAIT_SECONDS) before that
-            assert not written, "start returned while the server does not read the request"
-    finally:
-        answer.close()
-        receiver.close()
+BIG_BODY = b'{"messages": [], "padding": "' + b"x" * (16 << 20) + b'"}'  # more than the socket buffers hold
 
 
-def test_start_without_waiting_returns_at_once_and_start_then_waits_for_the_writing() -> None:
-    """The loop sends a request before it writes its record: ``start(wait=False)`` waits for the writing only
-    briefly (``SEND_AHEAD_SECONDS``); a later ``start()`` waits for it to be written, as a first one would."""
+@pytest.mark.asyncio
+async def test_start_sends_the_request_while_the_caller_does_something_else() -> None:
+    """What the caller does after ``start`` (storing, rendering) must not wait for the request to be written,
+    nor the request for the caller: ``start`` returns at once, even to a server that reads nothing yet, and the
+    request goes out while the caller awaits something else, before it iterates the answer."""
     receiver = _Receiver()
-    body = b'{"messages": [], "padding": "' + b"x" * (16 << 20) + b'"}'
-    answer = stream_chat(base_url=receiver.base_url, api_key=None, body=body, timeouts=FAST)
+    answer = stream_chat(base_url=receiver.base_url, api_key=None, body=BIG_BODY, timeouts=FAST)
     try:
-        answer.start(wait=False)
-        assert not answer.sent, "returned before the writing was done"
-        receiver.reading.set()  # the server reads from now on
+        began = time.monotonic()
         answer.start()
-        assert answer.sent, "start waited for the writing"
-        assert receiver.received > len(body) // 2
+        assert time.monotonic() - began < 0.1, "start returned at once"
+        await asyncio.sleep(0.2)
+        assert receiver.received == 0, "the server reads nothing yet"
+        receiver.reading.set()  # the server reads from now on
+        deadline = time.monotonic() + 10
+        while receiver.received <= len(BIG_BODY) // 2:  # what is not read yet is at most what the buffers hold
+            assert time.monotonic() < deadline, "the request went out without the answer being iterated"
+            await asyncio.sleep(0.01)
     finally:
-        answer.close()
+        await answer.aclose()
+        receiver.close()
+    assert answer.completion is None
+
+
+@pytest.mark.asyncio
+async def test_aclose_stops_a_request_still_being_written() -> None:
+    """A started answer that is never iterated (the reply stopped before it) is closed at once, the request's
+    writing included, and leaves no task behind."""
+    receiver = _Receiver()  # reads nothing: the writing waits for the socket buffers
+    answer = stream_chat(base_url=receiver.base_url, api_key=None, body=BIG_BODY, timeouts=FAST)
+    try:
+        answer.start()
+        await asyncio.sleep(0.1)
+        began = time.monotonic()
+        await answer.aclose()
+        assert time.monotonic() - began < 1.0
+        deadline = time.monotonic() + 2
+        while [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:  # the request's task unwinds
+            assert time.monotonic() < deadline, "the request's task ended"
+            await asyncio.sleep(0.01)
+    finally:
         receiver.close()
 
 
-def test_requests_start_no_thread(server: ScriptedServer) -> None:
-    """Handing each request to a thread cost most of a millisecond between the model's answer and the next
-    request; the stream is read on the caller's own thread, and a client's connection serves the next request."""
-    server.push(*[Step(text=f"answer {n}") for n in range(6)])
+def _counting_connections(server: ScriptedServer) -> list[socket.socket]:
+    """The connections ``server`` accepts from now on, each once, open or closed since."""
+    accepted: list[socket.socket] = []
+    track = server._track
+
+    def counting(connection: socket.socket, *, add: bool) -> None:
+        if add:
+            accepted.append(connection)
+        track(connection, add=add)
+
+    server._track = counting  # type: ignore[method-assign]
+    return accepted
+
+
+@pytest.mark.asyncio
+async def test_requests_of_one_client_share_its_connection_and_start_no_thread(server: ScriptedServer) -> None:
+    """The requests of one action go out on its client's one connection, kept open from one answer to the next
+    (the answer's last bytes, after ``[DONE]``, are read so that it can be); and no thread is started: the
+    stream is read on the caller's own event loop."""
+    count = 20
+    server.push(*[Step(text=f"answer {n}") for n in range(count)])
+    accepted = _counting_connections(server)
     before = set(threading.enumerate())
     client = ModelClient()
     try:
-        for _ in range(6):
-            done, _pieces = collect(
+        for _ in range(count):
+            done, _pieces = await collect(
                 stream_chat(
                     base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST, client=client
                 )
@@ -249,10 +289,32 @@ def test_requests_start_no_thread(server: ScriptedServer) -> None:
             assert done.text.startswith("answer")
             started = [t for t in set(threading.enumerate()) - before if "process_request" not in t.name]
             assert started == [], "no thread was started (but the server's own)"
-        with server._lock:
-            assert len(server._connections) == 1, "every request on the one kept connection"
+        assert len(accepted) == 1, "every request on the one kept connection"
     finally:
-        client.close()
+        await client.aclose()
+
+
+@pytest.mark.asyncio
+async def test_an_answer_left_midway_does_not_spoil_the_client(server: ScriptedServer) -> None:
+    """An answer the caller stops reading (``aclose`` after a piece) closes its connection; the client's next
+    request goes out on a new one and is answered whole."""
+    server.push(Step(text="one two three four five", chunk_size=3, delay=0.05), Step(text="whole"))
+    client = ModelClient()
+    try:
+        left = stream_chat(
+            base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST, client=client
+        )
+        async for piece in left:
+            assert isinstance(piece, TextPiece)
+            break
+        await left.aclose()
+        assert left.completion is None
+        done = await stream_chat(
+            base_url=server.base_url, api_key=None, body=chat_body(first_turn()), timeouts=FAST, client=client
+        ).complete()
+        assert done.text == "whole"
+    finally:
+        await client.aclose()
 
 
 class _Body:
@@ -262,18 +324,20 @@ class _Body:
         self.data = data
 
 
-def test_a_client_keeps_nothing_of_a_finished_request(server: ScriptedServer) -> None:
-    """A client lives as long as its action; the requests it sent (their bodies may be megabytes) do not."""
+@pytest.mark.asyncio
+async def test_a_client_keeps_nothing_of_a_finished_request(server: ScriptedServer) -> None:
+    """A client lives as long as its action; the requests it sent (their bodies may be megabytes) do not, nor
+    any task of theirs."""
     server.push(Step(text="ok"))
     client = ModelClient()
     try:
         body = _Body(chat_body(first_turn()))
         stream = stream_chat(base_url=server.base_url, api_key=None, body=body.data, timeouts=FAST, client=client)
         kept = weakref.ref(stream)
-        stream.complete()
+        await stream.complete()
         del stream, body
         gc.collect()
         assert kept() is None, "the finished stream is let go"
-        assert client.loop.is_running() is False and not [t for t in asyncio.all_tasks(client.loop) if not t.done()]
+        assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
     finally:
-        client.close()
+        await client.aclose()

@@ -185,22 +185,21 @@ def test_server_root_strips_the_openai_suffix() -> None:
     assert server_api.server_root("http://h:8080") == "http://h:8080"
 
 
-def test_the_real_server_refuses_a_request_past_its_window_as_the_scripted_one_does(llama: LlamaServer) -> None:
-    import json
-
+@pytest.mark.asyncio
+async def test_the_real_server_refuses_a_request_past_its_window_as_the_scripted_one_does(
+    llama: LlamaServer,
+) -> None:
     from chat.agent.model import ModelContextExceeded, Timeouts, stream_chat
     from testing.scripted_server import exceeds_context
 
     body = {"model": "tiny", "stream": True, "messages": [{"role": "user", "content": "word, " * 1000}]}
     with pytest.raises(ModelContextExceeded) as raised:
-        list(
-            stream_chat(
-                base_url=llama.base_url,
-                api_key=None,
-                body=json.dumps(body).encode(),
-                timeouts=Timeouts(connect=5.0, first_token=60.0, between_chunks=60.0),
-            )
-        )
+        await stream_chat(
+            base_url=llama.base_url,
+            api_key=None,
+            body=json.dumps(body).encode(),
+            timeouts=Timeouts(connect=5.0, first_token=60.0, between_chunks=60.0),
+        ).complete()
     error = raised.value
     assert error.n_ctx == 3072 and error.n_prompt_tokens is not None and error.n_prompt_tokens >= 3072
     assert error.status == 400

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from chat.agent.model import Completion, Timeouts, list_models, stream_chat
+from chat.agent.model import Completion, ModelClient, Timeouts, list_models, stream_chat
 from testing.tiny_gguf import ModelShape, write_model
 from tests.agent.mc_helpers import SYSTEM
 
@@ -47,7 +47,8 @@ def body(messages: list[dict[str, Any]]) -> bytes:
 
 
 @pytest.mark.llama
-def test_real_llama_server_streams_and_caches_the_shared_prefix(tmp_path: Path) -> None:
+@pytest.mark.asyncio
+async def test_real_llama_server_streams_and_caches_the_shared_prefix(tmp_path: Path) -> None:
     model = write_model(tmp_path / "tiny.gguf", ModelShape(layers=4, dim=256, heads=4, ff=512, ctx=4096))
     timeouts = Timeouts(connect=5.0, first_token=60.0, between_chunks=30.0)
     first_turn: list[dict[str, Any]] = [
@@ -67,8 +68,16 @@ def test_real_llama_server_streams_and_caches_the_shared_prefix(tmp_path: Path) 
     with LlamaServer(model, ctx_size=4096, threads=2) as server:
         assert server.base_url.startswith("http://127.0.0.1:")
         assert list_models(base_url=server.base_url, api_key=None) == ["tiny"]
-        cold = stream_chat(base_url=server.base_url, api_key=None, body=body(first_turn), timeouts=timeouts).complete()
-        warm = stream_chat(base_url=server.base_url, api_key=None, body=body(second_turn), timeouts=timeouts).complete()
+        client = ModelClient()  # the two requests of one action, on its one kept connection
+        try:
+            cold = await stream_chat(
+                base_url=server.base_url, api_key=None, body=body(first_turn), timeouts=timeouts, client=client
+            ).complete()
+            warm = await stream_chat(
+                base_url=server.base_url, api_key=None, body=body(second_turn), timeouts=timeouts, client=client
+            ).complete()
+        finally:
+            await client.aclose()
 
     for done in (cold, warm):
         assert isinstance(done, Completion)

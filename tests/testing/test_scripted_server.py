@@ -248,6 +248,8 @@ def test_command_line(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=5)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def test_utf8_as_is_and_a_lone_surrogate_as_a_json_escape(server: ScriptedServer) -> None:
