@@ -304,8 +304,9 @@ async def test_stop_cancels_the_reply_and_keeps_what_came(
     await until(communicator, got, idle)
     assert 'data-status="interrupted"' in got.puts["turn-1"] and "Stopped." in got.puts["turn-1"]
     turn = await database_sync_to_async(Turn.objects.get)(session=live_session)
-    assert turn.status == TurnStatus.INTERRUPTED and turn.reply_text.startswith("w0 w1")
-    assert not turn.reply_text.endswith("w149")
+    # What came before the stop is kept, however little: the stop can land right after the first piece.
+    assert turn.status == TurnStatus.INTERRUPTED and turn.reply_text.startswith("w0")
+    assert LONG.startswith(turn.reply_text.rstrip()) and not turn.reply_text.endswith("w149")
     await communicator.disconnect()
 
 
