@@ -17,8 +17,9 @@ When Postgres goes away a loop's connection is made again (at once, then backing
 again; the layer logs one warning when the outage starts and one when it ends. Meanwhile group sends reach this
 process's own members and then raise :class:`LayerUnavailable` (at once, or when the try to connect again
 fails), direct sends to other processes raise it at once, and group membership is kept, to be listened to once
-Postgres is back. Messages sent to this process while it was not connected are lost: a tab asks for the live
-text again when it sees a gap. A loop's connection closes without a word when the loop ends (``asyncio.run``
+Postgres is back. Messages sent to this process while it was not connected are lost: once its connection is back,
+each group member on that loop is sent a ``LAYER_BACK`` message, on which a tab's consumer brings the page up to
+date from the store. A loop's connection closes without a word when the loop ends (``asyncio.run``
 and ``async_to_sync`` cancel its task), and every one at exit (:func:`close_all`), before an embedded Postgres
 that this process started is stopped.
 """
@@ -62,6 +63,9 @@ TABLE_CLEAN_SECONDS = 60.0
 CLOSE_SECONDS = 5.0  # the longest closing waits for a connection driven by another thread's loop
 APPLICATION_NAME = "cachet channel layer"
 BYTES_KEY = "__bytes__"
+# The message a layer puts in each group member's channel on a loop whose connection is back after it was lost:
+# what was sent meanwhile never came, and a consumer that shows a session brings its page up to date from the store.
+LAYER_BACK = "cachet.layer_back"
 
 _layers: weakref.WeakSet[PostgresChannelLayer] = weakref.WeakSet()
 _exit_hook_pid = 0
@@ -441,6 +445,17 @@ class PostgresChannelLayer(BaseChannelLayer):  # type: ignore[misc]
                     waiters.append(waiter)
         _wake(waiters)
 
+    def _tell_back(self, link: _Link) -> None:
+        """Put ``LAYER_BACK`` in the channel of every group member joined on ``link``'s loop."""
+        waiters = []
+        with self._lock:
+            channels = {channel for members in link.groups.values() for channel in members}
+            for channel in channels:
+                waiter = self._put(channel, {"type": LAYER_BACK}, full_raises=False)
+                if waiter is not None:
+                    waiters.append(waiter)
+        _wake(waiters)
+
     def _delivered(self, link: _Link, name: str, target: str, body: str) -> list[asyncio.Future[None]]:
         waiters = []
         with self._lock:
@@ -543,6 +558,7 @@ class _Link:
         self.plain: set[str] = set()  # channels without "!" received on here
         self.changed = True  # what to listen on changed since the task last looked
         self.state = _State.CONNECTING
+        self.served = False  # it was connected once: a later connection tells its members what may be lost
         self.backend_pid: int | None = None
         self.connection: psycopg.AsyncConnection[Any] | None = None
         self.outbox: collections.deque[_Outgoing] = collections.deque()
@@ -650,6 +666,9 @@ class _Link:
         await self.work(connection)
         self.state = _State.UP
         self.layer._back()
+        if self.served:
+            self.layer._tell_back(self)
+        self.served = True
         hearing: asyncio.Task[None] | None = None
         try:
             while True:

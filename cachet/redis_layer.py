@@ -10,7 +10,10 @@ four more; at fifty replies streaming that queue grew to 1-2 s (``bench/layer_be
 On top of what channels_redis's pub/sub layer does: sends made while another is on its way go out together in
 one pipeline; a command that finds its pooled connection stale (Redis restarted meanwhile) is tried once more
 on a new connection, so the first websocket after an outage works; connecting gives up after
-``CONNECT_TIMEOUT`` seconds; a lost subscription logs one warning per outage and one line when it is back,
+``CONNECT_TIMEOUT`` seconds; a channel made or a group joined while Redis is away is subscribed to once it is
+back (a reply's job starts and stores its turn during an outage); once a lost subscription is back, each group
+member on that loop is sent ``LAYER_BACK`` (what was published meanwhile never came: a tab's consumer brings its
+page up to date from the store); a lost subscription logs one warning per outage and one line when it is back,
 instead of a traceback a second; and a loop's connections close with the loop (``asyncio.run`` and
 ``async_to_sync`` cancel its task).
 """
@@ -33,7 +36,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from cachet.pg_layer import decode, encode
+from cachet.pg_layer import LAYER_BACK, decode, encode
 
 logger = logging.getLogger(__name__)
 
@@ -125,8 +128,7 @@ class RedisPubSubLayer(BaseChannelLayer):  # type: ignore[misc]
         first = not members
         members.add(channel)
         if first:
-            await link.pubsub.subscribe(name)
-            link.subscribed.set()
+            await link.subscribe(name)
 
     async def group_discard(self, group: str, channel: str) -> None:
         """Take ``channel`` out of ``group``; the last member unsubscribes."""
@@ -138,6 +140,7 @@ class RedisPubSubLayer(BaseChannelLayer):  # type: ignore[misc]
         members.discard(channel)
         if not members:
             del link.groups[name]
+            link.pending.discard(name)
             await link.pubsub.unsubscribe(name)
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
@@ -200,6 +203,8 @@ class _Link:
         self.queues: dict[str, asyncio.Queue[bytes]] = {}
         self.groups: dict[str, set[str]] = {}  # a group's pub/sub channel: its members made on this loop
         self.subscribed = asyncio.Event()
+        self.pending: set[str] = set()  # channels and groups to subscribe to once Redis is back
+        self.lost = False  # the subscription failed since it last read
         self.outbox: list[tuple[str, bytes, asyncio.Future[None]]] = []
         self.publishing = asyncio.Lock()
         self.task = loop.create_task(self.listen(), name="cachet channel layer")
@@ -207,9 +212,28 @@ class _Link:
     async def open(self, channel: str) -> asyncio.Queue[bytes]:
         queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=self.layer.get_capacity(channel))
         self.queues[channel] = queue
-        await self.pubsub.subscribe(channel)
-        self.subscribed.set()
+        await self.subscribe(channel)
         return queue
+
+    async def subscribe(self, name: str) -> None:
+        """Subscribe to ``name`` now, or (Redis is away) once the subscription reads again."""
+        try:
+            await self.pubsub.subscribe(name)
+        except _LOST as error:
+            self.pending.add(name)
+            self.lost = True
+            self.layer._lost(error)
+        self.subscribed.set()
+
+    def tell_back(self) -> None:
+        """``LAYER_BACK`` to every group member on this loop: what was published while Redis was away is lost."""
+        members = {channel for channels in self.groups.values() for channel in channels}
+        body = encode({"type": LAYER_BACK}).encode()
+        for channel in members:
+            queue = self.queues.get(channel)
+            if queue is not None:
+                with contextlib.suppress(asyncio.QueueFull):
+                    queue.put_nowait(body)
 
     async def publish(self, channel: str, body: bytes) -> None:
         """Publish ``body``: with whatever else waits to be published here, in one pipeline (the lock's holder
@@ -246,12 +270,17 @@ class _Link:
         """Read the subscription's messages into the channels' queues, until the loop ends."""
         try:
             while True:
-                if not self.pubsub.subscribed:
+                if not self.pubsub.subscribed and not self.pending:
                     self.subscribed.clear()
                     await self.subscribed.wait()
                 try:
+                    if self.pending:
+                        names = sorted(self.pending)
+                        await self.pubsub.subscribe(*names)
+                        self.pending.difference_update(names)
                     message = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=READ_SECONDS)
                 except _LOST as error:
+                    self.lost = True
                     self.layer._lost(error)
                     await asyncio.sleep(LISTEN_AGAIN_SECONDS)
                     continue
@@ -261,6 +290,9 @@ class _Link:
                     continue
                 if self.layer._lost_at is not None:
                     self.layer._back()
+                if self.lost:
+                    self.lost = False
+                    self.tell_back()
                 if message is not None:
                     self.deliver(message)
         finally:

@@ -16,11 +16,12 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocke
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 
+from cachet.pg_layer import LAYER_BACK
 from chat import wire
 from chat.actions import Action, Compact, Edit, Flip, Regenerate, Rewind, Send, Undo
 from chat.web import fragments, queueing, tabs
 from chat.web.forms import model_for, parse_model_choice
-from chat.web.messages import Op, pack
+from chat.web.messages import Message, Op, pack
 from chat.web.publish import ask_live, publish
 from chat.web.socket_store import store_call
 from chat.web.sync import PageState, catch_up
@@ -287,6 +288,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         # connections (once per streamed piece per tab); what is read from the store goes through store_call.
         if message.get("type") == wire.EVENT:
             await self.show_event(message)
+            return
+        if message.get("type") == LAYER_BACK:  # events may have been lost meanwhile: the tab says what it shows
+            await self.send(text_data=Message(hello=True).encode())
             return
         await super().dispatch(message)
 

@@ -1,8 +1,9 @@
 """The messages the websocket sends a chat page: JSON, each at most ``MESSAGE_LIMIT`` bytes.
 
 A message may carry ``rev`` (the session revision it brings the page to), ``ops`` (changes to the page:
-put an element in place by its id, remove one, or append text to a form field's value) and ``live`` (text of
-the step being streamed, with its offset, so a page that already has it drops it). ``static/cachet/chat.js``
+put an element in place by its id, remove one, or append text to a form field's value), ``live`` (text of
+the step being streamed, with its offset, so a page that already has it drops it) and ``hello`` (true: say hello
+again, as when the socket opens, since what the page was sent meanwhile may be lost). ``static/cachet/chat.js``
 applies them.
 
 Whatever a session holds, no message is larger than the limit: ops are packed into as many messages as
@@ -82,6 +83,7 @@ class Message:
     rev: int | None = None
     ops: list[OpData] = field(default_factory=list)
     live: LiveData | None = None
+    hello: bool = False
 
     def encode(self) -> str:
         data: dict[str, object] = {}
@@ -91,6 +93,8 @@ class Message:
             data["ops"] = self.ops
         if self.live is not None:
             data["live"] = self.live
+        if self.hello:
+            data["hello"] = True
         return dumps(data)
 
 

@@ -53,6 +53,11 @@ POOL_WAIT_SECONDS = 5.0  # a call of the queue waits this long for a connection,
 CONNECT_SECONDS = 5  # a connection that Postgres does not answer (its machine gone) is given up after this
 RETRY_SECONDS = (0.25, 0.5, 1.0)  # between tries while Postgres is away; the last one repeats
 RESTART_SECONDS = 10.0  # the queue's worker that ends sooner after its start waits a second before the next
+# The sweep's look, and the look for Postgres after an outage, wait this long for the queue's pool and then look
+# again. The pool gives up connecting at once while Postgres is away (``reconnect_timeout=0``) and makes no new try
+# for a call already waiting: a call begun during an outage waited its whole POOL_WAIT_SECONDS, so a turn the outage
+# left open was marked interrupted 3 s after a 2.5 s outage ended, 5 s after a long one. A new call tries at once.
+LOOK_SECONDS = 1.0
 
 
 class Outage:
@@ -140,8 +145,10 @@ SELECT EXISTS (
 
 async def _orphans() -> bool:
     """Whether some open turn has no process replying to it: one query on the queue's pool, so that looking twice a
-    second costs no connection (the sweep itself runs in a thread, on Django's)."""
-    row = await app.connector.execute_query_one_async(_ORPHANS, open=TurnStatus.OPEN, namespace=LOCK_NAMESPACE)
+    second costs no connection (the sweep itself runs in a thread, on Django's); ``TimeoutError`` where the pool
+    has no connection for it within ``LOOK_SECONDS`` (Postgres is away)."""
+    async with asyncio.timeout(LOOK_SECONDS):
+        row = await app.connector.execute_query_one_async(_ORPHANS, open=TurnStatus.OPEN, namespace=LOCK_NAMESPACE)
     return bool(row["orphans"])
 
 
@@ -238,7 +245,8 @@ async def answering(outage: Outage) -> None:
     tries = 0
     while True:
         try:
-            await app.job_manager.check_connection_async()
+            async with asyncio.timeout(LOOK_SECONDS):
+                await app.job_manager.check_connection_async()
         except Exception as error:
             if not database_unavailable(error):
                 logger.warning("the queue's database answers with an error: %s", _said(error))

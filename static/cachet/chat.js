@@ -135,6 +135,7 @@
       if (op.op === "put") put(op); else if (op.op === "remove") remove(op); else if (op.op === "append") append(op);
     });
     if (message.live) applyLive(message.live);
+    if (message.hello) sayHello();
     var page = chat();
     if (page && message.rev !== undefined && message.rev > parseInt(page.dataset.rev || "0", 10)) {
       page.dataset.rev = String(message.rev);
@@ -158,6 +159,13 @@
   var socket = null;
   function send(data) {
     if (socket) socket.send(JSON.stringify(data), chat());
+  }
+
+  // What the page shows, said when the socket opens and again when the server asks (its channel layer was away,
+  // so events meant for the page may be lost): the server answers with what changed since.
+  function sayHello() {
+    var page = chat();
+    send({ type: "hello", rev: parseInt(page.dataset.rev || "0", 10), first: firstTurn(), bar: lastBar() });
   }
 
   function lastBar() {
@@ -333,8 +341,7 @@
   document.addEventListener("htmx:wsOpen", function (event) {
     socket = event.detail.socketWrapper;
     status("open", "live");
-    var page = chat();
-    send({ type: "hello", rev: parseInt(page.dataset.rev || "0", 10), first: firstTurn(), bar: lastBar() });
+    sayHello();
   });
   document.addEventListener("htmx:wsClose", function (event) {
     socket = null;

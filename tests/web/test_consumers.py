@@ -20,7 +20,9 @@ from django.conf import settings
 from django.test import Client
 
 from cachet.asgi import application
+from cachet.pg_layer import LAYER_BACK
 from chat import wire
+from chat.actions import Send
 from chat.web import queueing
 from chat.web.messages import MESSAGE_LIMIT
 from chat.worker import jobs
@@ -291,6 +293,33 @@ async def test_a_send_made_as_soon_as_the_page_shows_idle_is_taken(
     turns = await database_sync_to_async(lambda: list(Turn.objects.values_list("words", "status")))()
     assert turns == [("First", TurnStatus.DONE), ("Second", TurnStatus.DONE)]
     await communicator.disconnect()
+
+
+async def test_a_tab_is_asked_to_say_hello_again_when_its_channel_layer_is_back_and_then_catches_up(
+    live_session: ChatSession, ada_cookie: str, model: ScriptedServer
+) -> None:
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    model.push(Step(text="Stored while the tab heard nothing."))
+    async with running_worker():
+        queued = await queueing.start(live_session.pk, Send(words="Meanwhile"), reply_to=None)
+        assert queued is not None
+        await until_stored(live_session)
+    while not await communicator.receive_nothing(timeout=0.3):  # what the reply published: as if lost
+        await communicator.receive_from()
+    layer = get_channel_layer()
+    await layer.group_send(wire.session_group(live_session.pk), {"type": LAYER_BACK})
+    asked = json.loads(await communicator.receive_from(timeout=5))
+    assert asked == {"hello": True}
+    await communicator.send_json_to({"type": "hello", "rev": got.rev, "first": 0, "bar": 0})
+    await until(communicator, got, lambda m: "Stored while the tab heard nothing." in json.dumps(m))
+    assert 'data-status="done"' in got.puts["turn-1"]
+    await communicator.disconnect()
+
+
+async def until_stored(session: ChatSession) -> None:
+    async with asyncio.timeout(15):
+        while not await database_sync_to_async(Turn.objects.filter(session=session, status=TurnStatus.DONE).exists)():
+            await asyncio.sleep(0.05)
 
 
 async def test_stop_cancels_the_reply_and_keeps_what_came(
