@@ -1,14 +1,16 @@
 """Summarize py-spy's raw (collapsed) stacks, as ``bench/web.py --profile DIR`` writes them: the functions with the
 most own samples (the deepest Python frame), the most cumulative samples (any frame of the stack, once per
-stack), and the samples by area of the code (chat's rendering, the model client, the cache check, the tools,
-the ORM and the database driver, JSON and request building, the queue and the channel layer).
+stack), and the samples by area of the code (chat's rendering, the reply events and page messages, the model
+client, the cache check, the tools, the ORM and the database driver, JSON and request building, the queue and
+the channel layer).
 
     .venv/bin/python bench/profile_summary.py DIR/new-gap-worker-0.txt [more files] [--top 15] [--steps N]
-        [--drop-waits]
+        [--pieces N] [--drop-waits]
 
 Each area is counted twice: inclusive (a sample where any frame is of the area) and by the innermost area of
 the stack (each sample once: a page rendered from rows the ORM fetches counts as ORM there). ``--steps`` divides
-the samples' time (at py-spy's rate, 200 a second in ``bench/web.py``) by the steps of the run, in ms per step.
+the samples' time (at py-spy's rate, 200 a second in ``bench/web.py``) by the steps of the run, in ms per step;
+``--pieces`` by the pieces streamed (``bench/web.py`` prints them), in ms per piece.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ FRAME = re.compile(r"^(?P<function>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)
 
 # Checked in order: the first area whose pattern a frame's file (or function) matches is the frame's.
 AREAS: list[tuple[str, re.Pattern[str]]] = [
-    ("cache check", re.compile(r"chat/agent/(cache_check|server_api)\.py")),
+    ("cache check", re.compile(r"chat/agent/(cache_check|server_api)\.py|chat/worker/checks\.py")),
     ("model client", re.compile(r"chat/agent/model/|(^|/)httpx/|(^|/)httpcore/|(^|/)h11/")),
     ("tools", re.compile(r"chat/tools/")),
+    (
+        "reply events and page messages",
+        re.compile(r"chat/wire\.py|chat/worker/(jobs|publish)\.py|chat/web/(tabs|publish|consumers|sync|socket_store)"),
+    ),
     (
         "rendering",
         re.compile(
@@ -59,7 +65,6 @@ WAITS = (
     "_worker (concurrent/futures/thread.py",  # an idle pool thread on its queue
     "Connection.wait (psycopg/",  # waiting for Postgres's answer
     "EpollSelector.select (selectors.py",  # an idle event loop
-    "PostgresChannelLayer._serve (cachet/pg_layer.py",  # the layer's thread in select()
     "SyncStream.read (httpcore/",  # waiting for the model server
     "is_socket_readable (httpcore/",
 )
@@ -80,7 +85,7 @@ def short(frame: str) -> str:
     if not match:
         return frame
     file = match["file"]
-    for marker in ("site-packages/", "/work/wt-bench2/", "/lib/python3"):
+    for marker in ("site-packages/", "/new-tree/", "/old-tree/", "/work/main/", "/lib/python3"):
         if marker in file:
             file = file.split(marker, 1)[1]
             break
@@ -109,9 +114,12 @@ def activity(frames: list[str]) -> str:
     """What the sampled thread was doing, by the frames near its root."""
     joined = ";".join(frames)
     for label, marker in (
-        ("reply loop (ReplyLoop, in the job's thread)", "ReplyLoop."),
-        ("the job's thread, outside the reply loop (publishing its events)", "Job._"),
-        ("cache check (its thread pool)", "check_request ("),
+        ("reply loop (ReplyLoop: its thread, or its coroutine and its store thread)", "ReplyLoop."),
+        ("cache check (its thread pool, or its job)", "check_request ("),
+        ("cache check (its thread pool, or its job)", "run_check ("),
+        ("the job, outside the reply loop (publishing its events)", "Job."),
+        ("web: reply events made page messages (chat/web/tabs.py)", "page_messages ("),
+        ("web: the tabs' sockets (chat/web/consumers.py)", "SessionConsumer."),
         ("event loop: channel layer", "_layer.py"),
         ("event loop: queue (procrastinate)", "procrastinate/"),
         ("event loop", "run_forever ("),
@@ -126,6 +134,7 @@ def main() -> None:
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--steps", type=int, help="steps of the run: print ms per step")
+    parser.add_argument("--pieces", type=int, help="pieces streamed in the run: print ms per piece")
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--drop-waits", action="store_true", help="leave out the samples whose deepest frame waits")
     args = parser.parse_args()
@@ -158,6 +167,8 @@ def main() -> None:
         project[ours[-1] if ours else "(no project frame)"] += count
 
     def ms(count: int) -> str:
+        if args.pieces:
+            return f"  {count * 1000 / args.rate / args.pieces:7.4f} ms/piece"
         if not args.steps:
             return ""
         return f"  {count * 1000 / args.rate / args.steps:6.2f} ms/step"
