@@ -3,8 +3,11 @@
 The job runs on the worker's event loop, one of the queue's concurrent jobs, inside a ``ThreadSensitiveContext``:
 its store calls share one thread and one database connection (the one holding the session's reply lock), and no
 other job's. While it runs, it listens on the session's reply group, so a Stop or a tab's request for the live
-text reaches it from any web process. Its cache checks are queued as jobs of their own (``CHECKS_QUEUE``): the
-session is free for the next message as soon as the reply has ended.
+text reaches it from any web process. Streamed text is published as it comes, one event per piece while the
+channel layer keeps up; pieces that come while the last one is still being published wait and go on together, as
+one event, so a busy layer or web process gets fewer, longer events instead of falling behind. Its cache checks
+are queued as jobs of their own (``CHECKS_QUEUE``): the session is free for the next message as soon as the reply
+has ended.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 COMPACTED = "Compacted: the model now starts from the summary."
 LISTEN_AGAIN_SECONDS = 0.5  # after the channel layer failed a receive: wait this long before listening again
+MERGED_LIMIT = 16 * 1024  # characters of streamed text merged into one event at most
 
 CheckQueue = Callable[[CheckSpec], Awaitable[None]]
 
@@ -76,6 +80,25 @@ class _Offsets:
         return self.text - length
 
 
+@dataclass
+class _Delta:
+    """Streamed text of one step not yet published: ``text`` from offset ``at`` (UTF-16 units)."""
+
+    turn: int
+    step: int
+    reasoning: bool
+    at: int
+    text: str
+
+    def follows(self, other: _Delta) -> bool:
+        """Whether ``other`` comes right after this one's text, in the same step and kind."""
+        return (
+            (other.turn, other.step, other.reasoning) == (self.turn, self.step, self.reasoning)
+            and other.at == self.at + utf16_length(self.text)
+            and len(self.text) + len(other.text) <= MERGED_LIMIT
+        )
+
+
 @dataclass(eq=False)
 class Job:
     """One action of one session, run by this worker with job id ``job_id``; ``reply_to`` is the channel of the
@@ -93,6 +116,8 @@ class Job:
     _offsets: _Offsets = field(default_factory=_Offsets)
     _calls: list[str] = field(default_factory=list)  # the tools the step streaming now began to call
     _started_turn: bool = False
+    _unsent: list[_Delta] = field(default_factory=list)  # streamed text waiting for the publish on its way
+    _sending: asyncio.Task[None] | None = None  # the publish of streamed text on its way
 
     async def run(self) -> None:
         """Run the action, listening for Stop and live-text requests meanwhile; cancelled (the queue aborts the
@@ -113,6 +138,8 @@ class Job:
                 await work
                 raise
         finally:
+            with contextlib.suppress(Exception):
+                await self._text_published()
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
@@ -153,9 +180,38 @@ class Job:
         if self.reply_to is not None:
             await publish(message, to=self.reply_to)
 
+    def _stream(self, delta: _Delta) -> None:
+        """Publish ``delta`` now, or, while streamed text is being published, with the text that waits."""
+        if self._unsent and self._unsent[-1].follows(delta):
+            self._unsent[-1].text += delta.text
+        else:
+            self._unsent.append(delta)
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.ensure_future(self._send_unsent())
+
+    async def _send_unsent(self) -> None:
+        while self._unsent:
+            delta = self._unsent.pop(0)
+            message = wire.delta_message(
+                self.session_id,
+                turn=delta.turn,
+                step=delta.step,
+                text=delta.text,
+                at=delta.at,
+                reasoning=delta.reasoning,
+            )
+            await publish(message)
+
+    async def _text_published(self) -> None:
+        """Until the streamed text that waits is published: what follows it must not overtake it."""
+        while self._sending is not None and not self._sending.done():
+            await asyncio.shield(self._sending)
+
     async def _event(self, event: ReplyEvent) -> None:
         """Publish ``event``: to every tab, and what only the asker is told to the asker."""
         sid = self.session_id
+        if not isinstance(event, TextDelta | ReasoningDelta):
+            await self._text_published()
         match event:
             case (
                 TextDelta(turn_number=turn, step=step, text=text)
@@ -165,7 +221,7 @@ class Job:
                     return  # a compaction's summary streams too; it is not shown as it comes
                 reasoning = isinstance(event, ReasoningDelta)
                 at = self._offsets.at(turn, step, reasoning=reasoning, text=text)
-                await publish(wire.delta_message(sid, turn=turn, step=step, text=text, at=at, reasoning=reasoning))
+                self._stream(_Delta(turn, step, reasoning, at, text))
                 return
             case ToolCalled(turn_number=turn, step=step, name=name):
                 if turn:

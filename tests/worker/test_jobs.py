@@ -208,3 +208,31 @@ async def test_the_session_takes_the_next_message_while_the_last_replys_cache_ch
                 while None in (await sync_to_async(_checked_requests)(session.pk))[1:]:
                     await asyncio.sleep(0.05)
             await communicator.disconnect()
+
+
+@pytest.mark.asyncio
+async def test_pieces_that_come_while_the_last_is_published_go_on_together_in_order_before_what_follows(
+    many_sessions: list[ChatSession], model: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = many_sessions[0]
+    words = [f"w{n} " for n in range(200)]
+    model.push(Step(text="".join(words), chunk_size=3, delay=0.002))
+    sent: list[dict[str, Any]] = []
+
+    async def slow(message: dict[str, Any], *, to: str | None = None) -> None:
+        """A channel layer that takes 30 ms a publish, as a busy one does."""
+        if to is None:
+            sent.append(message)
+        await asyncio.sleep(0.03)
+
+    monkeypatch.setattr(jobs, "publish", slow)
+    await jobs.run(session.pk, 1, Send("Stream"), reply_to=None, check_later=None)
+    texts = [message for message in sent if message["event"] == "text"]
+    assert "".join(message["text"] for message in texts) == "".join(words)
+    assert [message["at"] for message in texts] == [
+        sum(len(earlier["text"]) for earlier in texts[:k]) for k in range(len(texts))
+    ]
+    assert len(texts) < len(words) / 3  # merged while each publish was on its way
+    names = [message["event"] for message in sent]
+    last_text = max(k for k, name in enumerate(names) if name == "text")
+    assert names.index("step_stored") > last_text and names.index("turn_ended") > last_text
