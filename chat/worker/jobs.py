@@ -3,11 +3,10 @@
 The job runs on the worker's event loop, one of the queue's concurrent jobs, inside a ``ThreadSensitiveContext``:
 its store calls share one thread and one database connection (the one holding the session's reply lock), and no
 other job's. While it runs, it listens on the session's reply group, so a Stop or a tab's request for the live
-text reaches it from any web process. Streamed text is published as it comes, one event per piece while the
-channel layer keeps up; pieces that come while the last one is still being published wait and go on together, as
-one event, so a busy layer or web process gets fewer, longer events instead of falling behind. Its cache checks
-are queued as jobs of their own (``CHECKS_QUEUE``): the session is free for the next message as soon as the reply
-has ended.
+text reaches it from any web process. Streamed text is published at most every ``TEXT_EVENT_SECONDS`` (a piece
+after a quiet moment at once): the pieces that come in between go on together, as one event, and anything else
+the reply publishes first sends the text that waits. Its cache checks are queued as jobs of their own
+(``CHECKS_QUEUE``): the session is free for the next message as soon as the reply has ended.
 """
 
 from __future__ import annotations
@@ -50,6 +49,10 @@ logger = logging.getLogger(__name__)
 COMPACTED = "Compacted: the model now starts from the summary."
 LISTEN_AGAIN_SECONDS = 0.5  # after the channel layer failed a receive: wait this long before listening again
 MERGED_LIMIT = 16 * 1024  # characters of streamed text merged into one event at most
+# A reply's streamed text goes out at most this often (a piece after a quiet moment at once); the pieces that come
+# in between go on together as one event. 50 pieces a second per reply were 50 events through the channel layer,
+# each web process and each tab's socket: at 50 replies on two cores they fell behind (relay p99 0.5-0.9 s).
+TEXT_EVENT_SECONDS = 0.05
 
 CheckQueue = Callable[[CheckSpec], Awaitable[None]]
 
@@ -90,6 +93,11 @@ class _Delta:
     at: int
     text: str
 
+    def message(self, session_id: int) -> dict[str, Any]:
+        return wire.delta_message(
+            session_id, turn=self.turn, step=self.step, text=self.text, at=self.at, reasoning=self.reasoning
+        )
+
     def follows(self, other: _Delta) -> bool:
         """Whether ``other`` comes right after this one's text, in the same step and kind."""
         return (
@@ -117,7 +125,9 @@ class Job:
     _calls: list[str] = field(default_factory=list)  # the tools the step streaming now began to call
     _started_turn: bool = False
     _unsent: list[_Delta] = field(default_factory=list)  # streamed text waiting for the publish on its way
-    _sending: asyncio.Task[None] | None = None  # the publish of streamed text on its way
+    _sending: asyncio.Task[None] | None = None  # publishes streamed text, resting between two text events
+    _resting: bool = False
+    _flushing: bool = False
 
     async def run(self) -> None:
         """Run the action, listening for Stop and live-text requests meanwhile; cancelled (the queue aborts the
@@ -181,7 +191,7 @@ class Job:
             await publish(message, to=self.reply_to)
 
     def _stream(self, delta: _Delta) -> None:
-        """Publish ``delta`` now, or, while streamed text is being published, with the text that waits."""
+        """Publish ``delta`` now, or with the text that waits for the next text event (``TEXT_EVENT_SECONDS``)."""
         if self._unsent and self._unsent[-1].follows(delta):
             self._unsent[-1].text += delta.text
         else:
@@ -190,22 +200,35 @@ class Job:
             self._sending = asyncio.ensure_future(self._send_unsent())
 
     async def _send_unsent(self) -> None:
+        """Publish what waits, then rest: what comes meanwhile goes on together, after the rest."""
+        while self._unsent:
+            await self._publish_unsent()
+            if self._flushing:
+                return
+            self._resting = True
+            try:
+                await asyncio.sleep(TEXT_EVENT_SECONDS)
+            finally:
+                self._resting = False
+
+    async def _publish_unsent(self) -> None:
         while self._unsent:
             delta = self._unsent.pop(0)
-            message = wire.delta_message(
-                self.session_id,
-                turn=delta.turn,
-                step=delta.step,
-                text=delta.text,
-                at=delta.at,
-                reasoning=delta.reasoning,
-            )
-            await publish(message)
+            await publish(delta.message(self.session_id))
 
     async def _text_published(self) -> None:
-        """Until the streamed text that waits is published: what follows it must not overtake it."""
-        while self._sending is not None and not self._sending.done():
-            await asyncio.shield(self._sending)
+        """Publish the streamed text that waits, now: what follows it must not overtake it, nor wait for a rest."""
+        sending = self._sending
+        self._flushing = True
+        try:
+            if sending is not None and not sending.done():
+                if self._resting:
+                    sending.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(sending)
+            await self._publish_unsent()
+        finally:
+            self._flushing = False
 
     async def _event(self, event: ReplyEvent) -> None:
         """Publish ``event``: to every tab, and what only the asker is told to the asker."""

@@ -5,6 +5,7 @@ moment; the session is free for the next message as soon as its reply ends, its 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -236,3 +237,33 @@ async def test_pieces_that_come_while_the_last_is_published_go_on_together_in_or
     names = [message["event"] for message in sent]
     last_text = max(k for k, name in enumerate(names) if name == "text")
     assert names.index("step_stored") > last_text and names.index("turn_ended") > last_text
+
+
+@pytest.mark.asyncio
+async def test_a_reply_s_text_goes_out_at_most_every_fifty_ms_and_nothing_after_it_waits_for_that(
+    many_sessions: list[ChatSession], model: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = many_sessions[0]
+    words = [f"w{n} " for n in range(300)]
+    model.push(Step(text="".join(words), chunk_size=4, delay=0.004))  # about 270 pieces over about a second
+    model.push(Step(text="".join(words), chunk_size=4, delay=0.004))
+    sent: list[tuple[float, dict[str, Any]]] = []
+
+    async def quick(message: dict[str, Any], *, to: str | None = None) -> None:
+        if to is None:
+            sent.append((asyncio.get_running_loop().time(), message))
+
+    monkeypatch.setattr(jobs, "publish", quick)
+    await jobs.run(session.pk, 1, Send("Stream"), reply_to=None, check_later=None)
+    texts = [(at, message) for at, message in sent if message["event"] == "text"]
+    assert "".join(message["text"] for _, message in texts) == "".join(words)
+    # the last one may follow closer: the step's end sends what waits at once
+    spacing = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(texts[:-1])]
+    assert len(texts) < 60 and min(spacing) >= jobs.TEXT_EVENT_SECONDS * 0.9, (len(texts), min(spacing))
+
+    monkeypatch.setattr(jobs, "TEXT_EVENT_SECONDS", 30.0)  # a rest longer than the test: nothing may wait for it
+    sent.clear()
+    async with asyncio.timeout(10):
+        await jobs.run(session.pk, 2, Send("Again"), reply_to=None, check_later=None)
+    texts = [(at, message) for at, message in sent if message["event"] == "text"]
+    assert len(texts) == 2 and "".join(message["text"] for _, message in texts) == "".join(words)
