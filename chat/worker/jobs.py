@@ -107,6 +107,14 @@ class _Delta:
         )
 
 
+@dataclass(frozen=True)
+class _Post:
+    """An event to publish: to the session's group, or ``to`` one channel."""
+
+    message: dict[str, Any]
+    to: str | None = None
+
+
 @dataclass(eq=False)
 class Job:
     """One action of one session, run by this worker with job id ``job_id``; ``reply_to`` is the channel of the
@@ -124,10 +132,9 @@ class Job:
     _offsets: _Offsets = field(default_factory=_Offsets)
     _calls: list[str] = field(default_factory=list)  # the tools the step streaming now began to call
     _started_turn: bool = False
-    _unsent: list[_Delta] = field(default_factory=list)  # streamed text waiting for the publish on its way
-    _sending: asyncio.Task[None] | None = None  # publishes streamed text, resting between two text events
-    _resting: bool = False
-    _flushing: bool = False
+    _outbox: list[_Delta | _Post] = field(default_factory=list)  # what waits to be published, in order
+    _sending: asyncio.Task[None] | None = None  # publishes the outbox, resting after a text event
+    _woken: asyncio.Event = field(default_factory=asyncio.Event)  # something other than text was posted
 
     async def run(self) -> None:
         """Run the action, listening for Stop and live-text requests meanwhile; cancelled (the queue aborts the
@@ -137,9 +144,7 @@ class Job:
         channel = await _listening(layer, self.session_id)
         listener = asyncio.create_task(self._listen(layer, channel), name=f"cachet-listen-{self.session_id}")
         try:
-            await self._publish(
-                wire.job_message(self.session_id, state="running", label=self.action.label, job=self.job_id)
-            )
+            self._post(wire.job_message(self.session_id, state="running", label=self.action.label, job=self.job_id))
             work = asyncio.ensure_future(self._work())
             try:
                 await asyncio.shield(work)
@@ -148,15 +153,14 @@ class Job:
                 await work
                 raise
         finally:
-            with contextlib.suppress(Exception):
-                await self._text_published()
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
             with contextlib.suppress(Exception):
                 await layer.group_discard(wire.reply_group(self.session_id), channel)
-            await self._publish(wire.job_message(self.session_id, state="idle", job=self.job_id))
-            await self._publish(self.ended_message())
+            self._post(wire.job_message(self.session_id, state="idle", job=self.job_id))
+            self._post(self.ended_message())
+            await self._published()
 
     async def _work(self) -> None:
         try:
@@ -180,61 +184,56 @@ class Job:
     async def _failed(self, failure: str) -> None:
         self.failure = failure
         if isinstance(self.action, Send) and not self._started_turn:  # the words were never stored: back to the box
-            await self._direct(wire.words_back_message(self.session_id, self.action.words))
-        await self._direct(wire.notice_message(self.session_id, text=failure, level="error"))
+            self._direct(wire.words_back_message(self.session_id, self.action.words))
+        self._direct(wire.notice_message(self.session_id, text=failure, level="error"))
 
-    async def _publish(self, message: dict[str, Any]) -> None:
-        await publish(message)
+    def _post(self, message: dict[str, Any], *, to: str | None = None) -> None:
+        """Publish ``message`` (to the session's group, or ``to``) after what waits, without waiting for it: the
+        reply goes on meanwhile, its next request on its way while the layer takes the events of the last."""
+        self._outbox.append(_Post(message, to))
+        self._woken.set()
+        self._send_soon()
 
-    async def _direct(self, message: dict[str, Any]) -> None:
+    def _direct(self, message: dict[str, Any]) -> None:
         if self.reply_to is not None:
-            await publish(message, to=self.reply_to)
+            self._post(message, to=self.reply_to)
 
     def _stream(self, delta: _Delta) -> None:
         """Publish ``delta`` now, or with the text that waits for the next text event (``TEXT_EVENT_SECONDS``)."""
-        if self._unsent and self._unsent[-1].follows(delta):
-            self._unsent[-1].text += delta.text
+        last = self._outbox[-1] if self._outbox else None
+        if isinstance(last, _Delta) and last.follows(delta):
+            last.text += delta.text
         else:
-            self._unsent.append(delta)
+            self._outbox.append(delta)
+        self._send_soon()
+
+    def _send_soon(self) -> None:
         if self._sending is None or self._sending.done():
-            self._sending = asyncio.ensure_future(self._send_unsent())
+            self._sending = asyncio.ensure_future(self._send())
 
-    async def _send_unsent(self) -> None:
-        """Publish what waits, then rest: what comes meanwhile goes on together, after the rest."""
-        while self._unsent:
-            await self._publish_unsent()
-            if self._flushing:
-                return
-            self._resting = True
-            try:
-                await asyncio.sleep(TEXT_EVENT_SECONDS)
-            finally:
-                self._resting = False
+    async def _send(self) -> None:
+        """Publish the outbox in order; after a text event, rest until ``TEXT_EVENT_SECONDS`` have passed or
+        something other than text is posted, so that the text that comes meanwhile goes on as one event."""
+        while self._outbox:
+            item = self._outbox.pop(0)
+            if isinstance(item, _Post):
+                await publish(item.message, to=item.to)
+                continue
+            await publish(item.message(self.session_id))
+            if all(isinstance(waiting, _Delta) for waiting in self._outbox):
+                self._woken.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._woken.wait(), TEXT_EVENT_SECONDS)
 
-    async def _publish_unsent(self) -> None:
-        while self._unsent:
-            delta = self._unsent.pop(0)
-            await publish(delta.message(self.session_id))
-
-    async def _text_published(self) -> None:
-        """Publish the streamed text that waits, now: what follows it must not overtake it, nor wait for a rest."""
-        sending = self._sending
-        self._flushing = True
-        try:
-            if sending is not None and not sending.done():
-                if self._resting:
-                    sending.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(sending)
-            await self._publish_unsent()
-        finally:
-            self._flushing = False
+    async def _published(self) -> None:
+        """Until everything posted is published."""
+        self._woken.set()
+        while self._sending is not None and not self._sending.done():
+            await asyncio.shield(self._sending)
 
     async def _event(self, event: ReplyEvent) -> None:
         """Publish ``event``: to every tab, and what only the asker is told to the asker."""
         sid = self.session_id
-        if not isinstance(event, TextDelta | ReasoningDelta):
-            await self._text_published()
         match event:
             case (
                 TextDelta(turn_number=turn, step=step, text=text)
@@ -250,7 +249,7 @@ class Job:
                 if turn:
                     self._offsets.at(turn, step, reasoning=False, text="")
                     self._calls.append(name)
-                    await publish(wire.event_message(sid, event))
+                    self._post(wire.event_message(sid, event))
                 return
             case StepStored():
                 self._calls = []
@@ -260,22 +259,22 @@ class Job:
                 self._started_turn = True
                 self.turn_id = turn.pk
             case Notice(text=text, level=level, lines=lines):
-                await self._direct(wire.notice_message(sid, text=text, level=level, lines=list(lines)))
+                self._direct(wire.notice_message(sid, text=text, level=level, lines=list(lines)))
                 return
             case TurnsTakenBack():
-                await publish(wire.event_message(sid, event))
+                self._post(wire.event_message(sid, event))
                 if event.said and event.turns:
-                    await self._direct(wire.words_back_message(sid, event.turns[-1].words))
+                    self._direct(wire.words_back_message(sid, event.turns[-1].words))
                 text = wire.taken_back_notice(event)
                 if text:
                     level = "warning" if event.conflicts else "info"
-                    await self._direct(wire.notice_message(sid, text=text, level=level, lines=list(event.conflicts)))
+                    self._direct(wire.notice_message(sid, text=text, level=level, lines=list(event.conflicts)))
                 return
             case Compacted():
-                await publish(wire.event_message(sid, event))
-                await self._direct(wire.notice_message(sid, text=COMPACTED, level="info"))
+                self._post(wire.event_message(sid, event))
+                self._direct(wire.notice_message(sid, text=COMPACTED, level="info"))
                 return
-        await publish(wire.event_message(sid, event))
+        self._post(wire.event_message(sid, event))
 
     async def _listen(self, layer: BaseChannelLayer, channel: str) -> None:
         lost = False

@@ -26,6 +26,7 @@ from chat.actions import Send
 from chat.web import queueing
 from chat.web.messages import MESSAGE_LIMIT
 from chat.worker import jobs
+from chat.worker import publish as worker_publish
 from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Turn, TurnStatus, Workspace
 from testing.scripted_server import ScriptedServer, Step
 from tests.worker_kit import running_worker
@@ -262,18 +263,18 @@ async def test_a_second_send_while_a_reply_runs_is_refused(
 async def test_a_send_made_as_soon_as_the_page_shows_idle_is_taken(
     live_session: ChatSession, ada_cookie: str, model: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    published = jobs.Job._publish
+    published = worker_publish.publish
     idle_out = asyncio.Event()
     second_answered = asyncio.Event()
 
-    async def held(job: jobs.Job, message: dict[str, Any]) -> None:
+    async def held(message: dict[str, Any], *, to: str | None = None) -> None:
         """The first job set aside just after its idle state is out, until the next send is answered."""
-        await published(job, message)
+        await published(message, to=to)
         if message["event"] == "job" and message["state"] == "idle" and not idle_out.is_set():
             idle_out.set()
             await asyncio.wait_for(second_answered.wait(), 30)
 
-    monkeypatch.setattr(jobs.Job, "_publish", held)
+    monkeypatch.setattr(jobs, "publish", held)
     model.push(Step(text="One."), Step(text="Two."))
     communicator, got = await connected(live_session.pk, ada_cookie)
     await communicator.send_json_to({"type": "send", "text": "First"})
