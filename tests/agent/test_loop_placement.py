@@ -21,7 +21,7 @@ from testing.scripted_server import ScriptedServer, Step
 from testing.tiny_gguf import ModelShape, write_model
 from tests.agent.loop_helpers import run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("loop-placement")]
 
 FAST = Timeouts(connect=2.0, first_token=60.0, between_chunks=60.0)
 SLOT_CONTEXT = 16384

@@ -40,6 +40,7 @@ SECRET_KEY = "cachet-outage-test-secret-key-not-for-production-0123456789"
 SESSION_COOKIE = cookie_names(SECRET_KEY, tls=False).session  # the served Cachet's
 PASSWORD = "ada-password-1"
 START_TIMEOUT = 60.0
+pytestmark = pytest.mark.xdist_group("db-outage")  # one test worker starts the module's Postgres and Cachet once
 
 
 @dataclass

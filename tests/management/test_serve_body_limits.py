@@ -18,7 +18,7 @@ from sessions_app.services.sessions import session_start
 from tests.passwords import give_shipped_password
 from tests.serve_kit import Answer, Served, blocks, served, streamed_post
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("serve-body-limits")]
 
 MB = 1024 * 1024
 GB = 1024 * MB

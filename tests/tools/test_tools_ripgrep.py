@@ -20,6 +20,8 @@ from chat.tools import ToolContext, ToolError, call_tool, grep
 from chat.tools.ripgrep import rg_error_line, rg_executable
 from sessions_app.hygiene.outcomes import ErrorOutcome, ListingOutcome
 
+pytestmark = pytest.mark.xdist_group("ripgrep")  # one test worker writes the 200 MB workspace, once
+
 MIB = 1 << 20
 PROSE = b"the quick brown fox jumps over the lazy dog 0123456789 and then some more words here\n"
 CATASTROPHIC = "(a+)+$"
