@@ -46,6 +46,8 @@ class ListOf:
 
 IDS = ListOf(int)
 STRINGS = ListOf(str)
+SECONDS = (float, int)
+SECONDS_OR_NONE = (float, int, type(None))
 
 SCHEMAS: dict[str, dict[str, type | tuple[type, ...] | ListOf]] = {
     "turn_started": {"turn": int, "number": int, "revision": int, "again": bool},
@@ -53,8 +55,20 @@ SCHEMAS: dict[str, dict[str, type | tuple[type, ...] | ListOf]] = {
     "text": {"turn": int, "step": int, "text": str, "at": int},
     "reasoning": {"turn": int, "step": int, "text": str, "at": int},
     "tool_called": {"turn": int, "step": int, "name": str},
-    "request_finished": {"request": int},
-    "cache_checked": {"request": int},
+    # a finished request's bar (``bar``: its number on the chart; ``previous_ttft``: where its line comes from) and,
+    # with ``totals_*``, the session's requests added up (``sessions_app.selectors.totals.RequestTotals``)
+    "request_finished": {
+        "request": int,
+        "bar": int,
+        "previous_ttft": SECONDS_OR_NONE,
+        "totals_requests": int,
+        "totals_prompt_tokens": int,
+        "totals_cached_tokens": int,
+        "totals_prompt_seconds": SECONDS,
+        "totals_timed_tokens": int,
+        "totals_timed_seconds": SECONDS,
+    },
+    "cache_checked": {"request": int, "bar": int, "previous_ttft": SECONDS_OR_NONE},
     "step_stored": {"step": int, "revision": int},
     "result_stored": {"result": int, "revision": int},
     "turn_ended": {"turn": int, "revision": int},
@@ -142,10 +156,24 @@ def event_message(session_id: int, event: ReplyEvent) -> dict[str, Any]:
             return _message(session_id, "request_started", request=request.pk, kind=request.kind)
         case ToolCalled(turn_number=turn, step=step, name=name):
             return _message(session_id, "tool_called", turn=turn, step=step, name=name)
-        case RequestFinished(request=request):
-            return _message(session_id, "request_finished", request=request.pk)
-        case CacheChecked(request=request):
-            return _message(session_id, "cache_checked", request=request.pk)
+        case RequestFinished(request=request, place=place, totals=totals):
+            return _message(
+                session_id,
+                "request_finished",
+                request=request.pk,
+                bar=place.index,
+                previous_ttft=place.previous_ttft,
+                totals_requests=totals.requests,
+                totals_prompt_tokens=totals.prompt_tokens,
+                totals_cached_tokens=totals.cached_tokens,
+                totals_prompt_seconds=totals.prompt_seconds,
+                totals_timed_tokens=totals.timed_tokens,
+                totals_timed_seconds=totals.timed_seconds,
+            )
+        case CacheChecked(request=request, place=place):
+            return _message(
+                session_id, "cache_checked", request=request.pk, bar=place.index, previous_ttft=place.previous_ttft
+            )
         case StepStored(step=step, revision=revision):
             return _message(session_id, "step_stored", step=step.pk, revision=revision)
         case ResultStored(result=result, revision=revision):

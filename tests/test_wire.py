@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from chat import wire
-from chat.agent.events import BranchFlipped, Notice, ReasoningDelta, TextDelta
+from chat.agent.events import BranchFlipped, Notice, ReasoningDelta, RequestFinished, TextDelta
 from chat.agent.loop import ReplyLoop
 from sessions_app.models import ChatSession
+from sessions_app.selectors.requests import finished_requests, last_time_to_first_token
+from sessions_app.selectors.totals import session_totals
 from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
@@ -21,8 +23,18 @@ GOOD: dict[str, dict[str, Any]] = {
     "text": {"turn": 1, "step": 1, "text": "Hel", "at": 0},
     "reasoning": {"turn": 1, "step": 1, "text": "hm", "at": 4},
     "tool_called": {"turn": 1, "step": 1, "name": "read"},
-    "request_finished": {"request": 1},
-    "cache_checked": {"request": 1},
+    "request_finished": {
+        "request": 1,
+        "bar": 3,
+        "previous_ttft": 0.25,
+        "totals_requests": 3,
+        "totals_prompt_tokens": 4000,
+        "totals_cached_tokens": 3500,
+        "totals_prompt_seconds": 1.5,
+        "totals_timed_tokens": 500,
+        "totals_timed_seconds": 0.5,
+    },
+    "cache_checked": {"request": 1, "bar": 3, "previous_ttft": None},
     "step_stored": {"step": 1, "revision": 2},
     "result_stored": {"result": 1, "revision": 2},
     "turn_ended": {"turn": 1, "revision": 2},
@@ -71,7 +83,7 @@ def test_what_is_no_event_is_refused() -> None:
     with pytest.raises(wire.WireError, match="no such event"):
         wire.checked(_event("unknown"))
     with pytest.raises(wire.WireError, match="no session"):
-        wire.checked({**_event("request_finished", request=1), "session": "9"})
+        wire.checked({**_event("request_finished", **GOOD["request_finished"]), "session": "9"})
     with pytest.raises(wire.WireError, match=r"job\.state"):
         wire.checked(_event("job", state="lost", label="", job=1))
     with pytest.raises(wire.WireError, match=r"notice\.level"):
@@ -100,3 +112,28 @@ def test_every_event_of_a_reply_becomes_a_message_of_its_schema(
     assert names >= {"result_stored", "turn_ended", "turns_taken_back"}
     assert wire.checked(wire.event_message(1, Notice("careful", level="warning", lines=("a",))))["lines"] == ["a"]
     assert wire.checked(wire.event_message(1, BranchFlipped(taken_back=(), made_live=())))["made_live"] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finished_requests_bar_and_totals_are_what_the_store_gives(
+    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path
+) -> None:
+    """Each request's bar number and the totals after it travel with its event (a web process shows them without a
+    query over the session): they are what the chart read from the store gives, a second action's included."""
+    (workspace_dir / "a.py").write_text("print('a')\n")
+    scripted.push(
+        Step(text="Reading.", tool_calls=[("read", {"path": "a.py"})]),
+        Step(text="Done."),
+        Step(text="Again."),
+    )
+    events = run(ReplyLoop(scripted_session).send("read it")).events
+    events += run(ReplyLoop(scripted_session).send("once more")).events
+    finished = [event for event in events if isinstance(event, RequestFinished)]
+    assert len(finished) == 3
+    for event in finished:
+        message = wire.checked(wire.event_message(scripted_session.pk, event))
+        before = finished_requests(session=scripted_session).filter(id__lte=event.request.pk)
+        assert message["bar"] == before.count()
+        assert message["previous_ttft"] == last_time_to_first_token(before.filter(id__lt=event.request.pk))
+    assert finished[-1].totals == session_totals(scripted_session)
+    assert finished[-1].totals.requests == 3 and finished[-1].totals.cached_tokens > 0

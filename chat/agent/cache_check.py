@@ -259,6 +259,8 @@ class CheckSpec:
     promised_messages: int
     harness_break: bool
     previous_known: bool = False
+    bar: int = 0  # the request's bar on the chart, and the time to first token its line comes from
+    previous_ttft: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The spec as JSON, the bodies compressed (a long session's request is hundreds of kilobytes)."""
@@ -270,6 +272,8 @@ class CheckSpec:
             "promised_messages": self.promised_messages,
             "harness_break": self.harness_break,
             "previous_known": self.previous_known,
+            "bar": self.bar,
+            "previous_ttft": self.previous_ttft,
         }
 
     @classmethod
@@ -282,6 +286,8 @@ class CheckSpec:
             promised_messages=int(data["promised_messages"]),
             harness_break=bool(data["harness_break"]),
             previous_known=bool(data.get("previous_known", False)),
+            bar=int(data.get("bar", 0)),
+            previous_ttft=None if data.get("previous_ttft") is None else float(data["previous_ttft"]),
         )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sessions_app.models import Generation, ModelRequest, Result, Step, TakenBackBy, Turn
+from sessions_app.selectors.totals import RequestTotals
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,22 @@ class ToolCalled:
 
 
 @dataclass(frozen=True)
+class BarPlace:
+    """Where a finished request's bar stands on its session's chart: its number (from 1) and the time to first
+    token of the newest bar before it that has one (where its line comes from)."""
+
+    index: int
+    previous_ttft: float | None
+
+
+@dataclass(frozen=True)
 class RequestFinished:
-    """A request ended, with the server's figures (or its error)."""
+    """A request ended, with the server's figures (or its error); ``place`` is its bar's on the chart and
+    ``totals`` the session's requests added up, this one included."""
 
     request: ModelRequest
+    place: BarPlace
+    totals: RequestTotals
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,7 @@ class CacheChecked:
     reused less, why (it runs beside the reply, so it comes after the request's other events)."""
 
     request: ModelRequest
+    place: BarPlace
 
 
 @dataclass(frozen=True)

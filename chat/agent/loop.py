@@ -37,6 +37,7 @@ from chat.agent import placement, server_api
 from chat.agent.budget import RequestCounter, RequestTooLarge, endpoint_window, window_forget, window_learned
 from chat.agent.cache_check import CheckSpec, run_check
 from chat.agent.events import (
+    BarPlace,
     BranchFlipped,
     CacheChecked,
     Compacted,
@@ -92,6 +93,7 @@ from sessions_app.selectors.sessions import (
     session_standing,
     workspace_refusal,
 )
+from sessions_app.selectors.totals import ChartTally, chart_tally
 from sessions_app.services.compaction import compaction_apply
 from sessions_app.services.locks import reply_lock
 from sessions_app.services.requests import request_last_keep, request_record_finish, request_record_start
@@ -188,6 +190,7 @@ class ReplyLoop:
         self._last_unkept = False
         self._client: ModelClient | None = None
         self._drafted: set[tuple[int, int]] = set()
+        self._tally: ChartTally | None = None  # the chart as this action's requests leave it
 
     # --- holding the session ------------------------------------------------------------------------
 
@@ -228,7 +231,7 @@ class ReplyLoop:
                 continue
             request = await run_check(spec)
             if request is not None:
-                yield CacheChecked(request)
+                yield CacheChecked(request, BarPlace(spec.bar, spec.previous_ttft))
 
     def _keep_last_request(self) -> None:
         if not self._last_unkept or self._previous is None:
@@ -547,6 +550,8 @@ class ReplyLoop:
         """Place the request and write its record; the request, the bytes it is compared with, where it goes and
         the bytes sent."""
         session = self.session
+        if self._tally is None:
+            self._tally = chart_tally(session)
         if self._previous is None:
             self._previous = previous_request(session)
         else:  # only this action's own writes add breaks while it holds the lock, and they refresh the session
@@ -587,16 +592,25 @@ class ReplyLoop:
 
     def _answered(
         self, request: ModelRequest, completion: Completion, built: BuiltRequest, previous_body: bytes
-    ) -> None:
+    ) -> RequestFinished:
         """Record the answer, and note the request's cache check (run once the session is let go)."""
         _finish(request, completion)
+        finished = self._finished(request)
         if self._counter is not None:
             self._counter.learned(built.body, completion.prompt_tokens)
         previous_built = self._last_built if self._last_built and self._last_built.body == previous_body else None
         self._last_built = built
         spec = self._check_spec(request, built, previous_body, previous_built)
         if spec is not None:
-            self._checks.append(spec)
+            self._checks.append(replace(spec, bar=finished.place.index, previous_ttft=finished.place.previous_ttft))
+        return finished
+
+    def _finished(self, request: ModelRequest) -> RequestFinished:
+        """``request``, finished, on the chart: its bar after the ones before, the totals with it."""
+        tally = self._tally if self._tally is not None else ChartTally()
+        place = BarPlace(tally.bars + 1, tally.last_time_to_first_token)
+        self._tally = tally.plus(request)
+        return RequestFinished(request, place, self._tally.totals)
 
     async def _ask(
         self, built: BuiltRequest, *, turn: Turn | None, step_number: int, kind: str
@@ -633,11 +647,12 @@ class ReplyLoop:
                         await self._save_draft(shown, step_number, streamed)
         except ModelError as error:
             failed_over = await store(self._failed, request, error, placed, started)
-            yield RequestFinished(request)
+            yield self._finished(request)
             if not failed_over:
                 raise
         except BaseException:  # the action was closed or cancelled: the request ends stopped
             await asyncio.shield(store(_finish, request, None, started=started, error=STOPPED))
+            self._finished(request)
             raise
         finally:
             self.streamed = None
@@ -649,8 +664,7 @@ class ReplyLoop:
             return
         completion = answer.completion
         assert completion is not None, "a stream that ends without an error has its completion"
-        await store(self._answered, request, completion, built, previous_body)
-        yield RequestFinished(request)
+        yield await store(self._answered, request, completion, built, previous_body)
         yield completion
 
     def _check_spec(

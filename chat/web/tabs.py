@@ -22,9 +22,8 @@ from chat.web.messages import Op, live_messages, pack
 from chat.web.socket_store import store_call
 from chat.web.sync import chart_page_put
 from sessions_app.models import ChatSession, Generation, ModelRequest, RequestKind, Result, Step, Turn
-from sessions_app.selectors.requests import finished_requests, last_time_to_first_token
 from sessions_app.selectors.sessions import session_by_id
-from sessions_app.selectors.totals import session_totals
+from sessions_app.selectors.totals import RequestTotals
 
 logger = logging.getLogger(__name__)
 
@@ -111,22 +110,27 @@ def _turn_started(event: Event) -> list[str]:
     return pack(ops, rev=event["revision"])
 
 
-def _bar(request: ModelRequest) -> chart.Bar:
-    finished = finished_requests(session=request.session)
-    index = finished.filter(id__lte=request.pk).count()
-    return chart.Bar(index, request, last_time_to_first_token(finished.filter(id__lt=request.pk)))
+def _bar_put(event: Event) -> Op:
+    """The bar of the event's request, where the event says it stands (one query)."""
+    request = ModelRequest.objects.select_related("session__endpoint", "turn").get(pk=event["request"])
+    bar = chart.Bar(event["bar"], request, event["previous_ttft"])
+    return fragments.bar_put(bar, window=fragments.chart_window(request.session))
 
 
 def _request_finished(event: Event) -> list[str]:
-    request = ModelRequest.objects.select_related("session__endpoint", "turn").get(pk=event["request"])
-    window = fragments.chart_window(request.session)
-    ops = [fragments.bar_put(_bar(request), window=window), fragments.summary_put(session_totals(request.session))]
-    return pack(ops)
+    totals = RequestTotals(
+        requests=event["totals_requests"],
+        prompt_tokens=event["totals_prompt_tokens"],
+        cached_tokens=event["totals_cached_tokens"],
+        prompt_seconds=event["totals_prompt_seconds"],
+        timed_tokens=event["totals_timed_tokens"],
+        timed_seconds=event["totals_timed_seconds"],
+    )
+    return pack([_bar_put(event), fragments.summary_put(totals)])
 
 
 def _cache_checked(event: Event) -> list[str]:
-    request = ModelRequest.objects.select_related("session__endpoint", "turn").get(pk=event["request"])
-    return pack([fragments.bar_put(_bar(request), window=fragments.chart_window(request.session))])
+    return pack([_bar_put(event)])
 
 
 def _step_stored(event: Event) -> list[str]:

@@ -11,7 +11,7 @@ from django.db import close_old_connections
 
 from chat import wire
 from chat.agent.cache_check import CheckSpec, run_check
-from chat.agent.events import CacheChecked
+from chat.agent.events import BarPlace, CacheChecked
 from chat.agent.loop import close_connection, store
 from chat.worker.publish import publish
 
@@ -26,4 +26,5 @@ async def run(spec_json: Mapping[str, Any]) -> None:
         finally:
             await store(close_connection)
     if request is not None:
-        await publish(wire.event_message(request.session_id, CacheChecked(request)))
+        place = BarPlace(spec.bar, spec.previous_ttft)
+        await publish(wire.event_message(request.session_id, CacheChecked(request, place)))

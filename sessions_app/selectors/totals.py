@@ -120,3 +120,35 @@ def listed_totals(session: ChatSession) -> RequestTotals:
         timed_tokens=int(getattr(session, "timed_tokens_sum", 0)),
         timed_seconds=float(getattr(session, "timed_seconds_sum", 0.0)),
     )
+
+
+@dataclass(frozen=True)
+class ChartTally:
+    """Where a session's chart stands after its finished requests: how many bars it has, the newest time to first
+    token (where the next bar's line goes on from) and the totals of its summary line. Read once by an action
+    (:func:`chart_tally`) and carried on with each request it finishes (:meth:`plus`), so that showing a bar costs
+    no query over the whole session."""
+
+    bars: int = 0
+    last_time_to_first_token: float | None = None
+    totals: RequestTotals = RequestTotals()
+
+    def plus(self, request: ModelRequest) -> ChartTally:
+        """The tally with ``request`` (finished, newer than every request counted) added."""
+        ttft = request.time_to_first_token
+        return ChartTally(
+            bars=self.bars + 1,
+            last_time_to_first_token=ttft if ttft is not None else self.last_time_to_first_token,
+            totals=self.totals.plus(request),
+        )
+
+
+def chart_tally(session: ChatSession) -> ChartTally:
+    """The session's chart as its finished requests leave it (three queries)."""
+    finished = _finished(ModelRequest.objects.filter(session=session))
+    newest = finished.exclude(time_to_first_token=None).order_by("-id")
+    return ChartTally(
+        bars=finished.count(),
+        last_time_to_first_token=newest.values_list("time_to_first_token", flat=True).first(),
+        totals=session_totals(session),
+    )

@@ -14,12 +14,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from chat import wire
-from chat.agent.events import ResultStored, StepStored, TextDelta
+from chat.agent.events import RequestFinished, ResultStored, StepStored, TextDelta
 from chat.agent.loop import ReplyLoop
-from chat.web import fragments, tabs
+from chat.web import chart, fragments, tabs
 from chat.web.display import row_for_result, single_turn, started_turn
 from chat.web.sync import PageState, catch_up
 from sessions_app.models import ChatSession, Turn
+from sessions_app.selectors.requests import finished_requests
+from sessions_app.selectors.totals import session_totals
 from sessions_app.services.turns import step_record, turn_fail, turn_finish, turn_start
 from sessions_app.services.undo import turn_edit
 from testing.scripted_server import ScriptedServer, Step
@@ -122,3 +124,23 @@ def test_a_started_turn_is_shown_as_the_full_view_shows_it(chat_session: ChatSes
             full.draft,
         )
         assert fragments.turn_put(started).html == fragments.turn_put(full).html
+
+
+def test_a_finished_request_shows_its_bar_and_the_summary_as_the_chart_page_does_with_one_query(
+    scripted_session: ChatSession, scripted: ScriptedServer, workspace_dir: Path
+) -> None:
+    (workspace_dir / "a.py").write_text("print('a')\n")
+    scripted.push(Step(tool_calls=[("read", {"path": "a.py"})]), Step(text="Done."))
+    run(ReplyLoop(scripted_session).send("read it"))
+    scripted.push(Step(text="Again."))
+    ran = run(ReplyLoop(scripted_session).send("and again"))
+    finished = [event for event in ran.events if isinstance(event, RequestFinished)][-1]
+    with CaptureQueriesContext(connection) as queries:
+        shown = _shown(wire.event_message(scripted_session.pk, finished))
+    assert len(queries) == 1, "the request itself: no query over the session's requests"
+    session = ChatSession.objects.select_related("endpoint").get(pk=scripted_session.pk)
+    bars = chart.bars_of(list(finished_requests(session=session).order_by("id")))
+    ops = {op["id"]: op["html"] for message in shown for op in message["ops"]}
+    assert bars[-1].request.pk == finished.request.pk and len(bars) == 3
+    assert ops[f"bar-{finished.request.pk}"] == fragments.bar_put(bars[-1], window=fragments.chart_window(session)).html
+    assert ops["chart-summary"] == fragments.summary_put(session_totals(session)).html
