@@ -695,9 +695,7 @@ class Layout:
         again included."""
         deadline = time.monotonic() + (timeout or self.timing.start)
         wanted = len(self.workers) if workers is None else workers
-        while not (
-            all(web.ready() for web in self.webs) and sum(worker.ready() for worker in self.workers) >= wanted
-        ):
+        while not (all(web.ready() for web in self.webs) and sum(worker.ready() for worker in self.workers) >= wanted):
             if time.monotonic() > deadline:
                 late = [member for member in [*self.webs, *self.workers] if not member.ready()]
                 raise RuntimeError("not ready: " + "; ".join(f"{m.name}:\n{m.output()[-3000:]}" for m in late))
