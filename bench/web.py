@@ -1616,7 +1616,7 @@ def report(results: dict[str, SideFigures], sizes: list[int], streams: list[int]
         )
     for size in sizes:
         _row(f"reconnect, {size} turns", _socket(old.reconnect.get(size)), _socket(new.reconnect.get(size)))
-        _row(f"new tab, {size} turns", _socket(old.reconnect.get(size)), _socket(new.cold.get(size)))
+        _row(f"new tab, {size} turns", _socket(old.cold.get(size)), _socket(new.cold.get(size)))
     for size in sizes:
         bo, bn = old.build_ms.get(size, nan), new.build_ms.get(size, nan)
         _row(f"request build, {size} turns (the next turn's history)", _ms(bo), _ms(bn), _ratio(bo, bn))
