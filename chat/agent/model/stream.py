@@ -23,7 +23,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -112,6 +112,7 @@ class ModelStream:
         self._response: httpx.Response | None = None
         self._started = 0.0
         self._waiting = False  # within a wait a cancel may interrupt
+        self._waiter: asyncio.Task[Any] | None = None  # the task iterating, its cancel hooked for the iteration
         self.closed = False
 
     def start(self) -> None:
@@ -145,17 +146,22 @@ class ModelStream:
         return self.completion
 
     async def __aiter__(self) -> AsyncGenerator[StreamPiece, None]:
+        task = asyncio.current_task()
+        assert task is not None
         try:
-            self.start()
-            assert self._sending is not None
-            reading = _Reading(self)
-            response = await reading.head(self._sending)
-            self._response = response
-            async for piece in reading.pieces(response):
-                yield piece
-            await reading.drain(response)
-            self.completion = reading.partial()
+            with woken_by(self.cancel, self._waker(task)):  # once for the iteration, not once a chunk
+                self._waiter = task
+                self.start()
+                assert self._sending is not None
+                reading = _Reading(self)
+                response = await reading.head(self._sending)
+                self._response = response
+                async for piece in reading.pieces(response):
+                    yield piece
+                await reading.drain(response)
+                self.completion = reading.partial()
         finally:
+            self._waiter = None
             await self.aclose()
 
     async def _send(self) -> httpx.Response:
@@ -194,12 +200,9 @@ class ModelStream:
                 raise
         raise AssertionError("unreachable")
 
-    async def wait(self, awaitable: Awaitable[T], deadline: float) -> T:
-        """``awaitable``, ended at ``deadline`` (``time.monotonic``) with ``TimeoutError``, or by the cancel at
-        once with ``asyncio.CancelledError`` turned into ``ModelCancelled`` by the caller."""
+    def _waker(self, task: asyncio.Task[Any]) -> Callable[[], None]:
+        """What the cancel calls (from any thread): ``task`` cancelled on its loop, where it is in a wait then."""
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
 
         def cancel_now() -> None:
             if self._waiting:  # looked at on the loop: a cancel after the wait ended lands nowhere
@@ -208,15 +211,27 @@ class ModelStream:
         def wake() -> None:
             loop.call_soon_threadsafe(cancel_now)
 
+        return wake
+
+    async def wait(self, awaitable: Awaitable[T], deadline: float) -> T:
+        """``awaitable``, ended at ``deadline`` (``time.monotonic``) with ``TimeoutError``, or by the cancel at
+        once with ``asyncio.CancelledError`` turned into ``ModelCancelled`` by the caller."""
+        if self._waiter is None or self._waiter is not asyncio.current_task():  # outside an iteration
+            task = asyncio.current_task()
+            assert task is not None
+            with woken_by(self.cancel, self._waker(task)):
+                return await self._waited(awaitable, deadline)
+        return await self._waited(awaitable, deadline)
+
+    async def _waited(self, awaitable: Awaitable[T], deadline: float) -> T:
         self._waiting = True
         try:
-            with woken_by(self.cancel, wake):
-                if self.cancel is not None and self.cancel.is_set():
-                    if asyncio.iscoroutine(awaitable):
-                        awaitable.close()  # never to be awaited: no "never awaited" warning
-                    raise asyncio.CancelledError
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    return await awaitable
+            if self.cancel is not None and self.cancel.is_set():
+                if asyncio.iscoroutine(awaitable):
+                    awaitable.close()  # never to be awaited: no "never awaited" warning
+                raise asyncio.CancelledError
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                return await awaitable
         finally:
             self._waiting = False
 
