@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db.models import (
@@ -81,44 +82,56 @@ def session_totals(session: ChatSession) -> RequestTotals:
     return listed_totals(with_totals(ChatSession.objects.filter(pk=session.pk)).get())
 
 
+def _timed(requests: QuerySet[ModelRequest]) -> QuerySet[ModelRequest]:
+    """``requests`` with the server's own prompt time and count, where it reported them (llama.cpp's timings)."""
+    return requests.annotate(
+        server_ms=Cast(KT("timings__prompt_ms"), FloatField()),
+        server_n=Cast(Cast(KT("timings__prompt_n"), FloatField()), IntegerField()),
+    )
+
+
+def _aggregates() -> dict[str, Aggregate]:
+    """The totals of :func:`_timed` requests, by the names :func:`listed_totals` reads."""
+    timed = Q(server_ms__isnull=False, server_n__isnull=False)
+    seconds = F("server_ms") / 1000.0
+    return {
+        "request_count": Count("pk"),
+        "prompt_sum": Sum("prompt_tokens"),
+        "cached_sum": Sum("cached_tokens"),
+        "prompt_seconds_sum": Sum(Coalesce(seconds, F("time_to_first_token"), Value(0.0))),
+        "timed_tokens_sum": Sum("server_n", filter=timed),
+        "timed_seconds_sum": Sum(seconds, filter=timed),
+    }
+
+
 def with_totals(sessions: QuerySet[ChatSession]) -> QuerySet[ChatSession]:
     """``sessions`` with their finished requests added up, each figure a subquery (no join that multiplies rows):
     ``request_count``, ``prompt_sum``, ``cached_sum`` and the timings :func:`listed_totals` reads."""
-    timed = Q(server_ms__isnull=False, server_n__isnull=False)
-    seconds = F("server_ms") / 1000.0
-
-    def summed(total: Aggregate, default: Value) -> Coalesce:
-        rows = (
-            _finished(ModelRequest.objects.filter(session=OuterRef("pk")))
-            .annotate(
-                server_ms=Cast(KT("timings__prompt_ms"), FloatField()),
-                server_n=Cast(Cast(KT("timings__prompt_n"), FloatField()), IntegerField()),
-            )
-            .order_by()
-            .values("session")
-        )
-        return Coalesce(Subquery(rows.annotate(total=total).values("total")[:1]), default)
-
-    none, zero = Value(0), Value(0.0)
-    return sessions.annotate(
-        request_count=summed(Count("pk"), none),
-        prompt_sum=summed(Sum("prompt_tokens"), none),
-        cached_sum=summed(Sum("cached_tokens"), none),
-        prompt_seconds_sum=summed(Sum(Coalesce(seconds, F("time_to_first_token"), zero)), zero),
-        timed_tokens_sum=summed(Sum("server_n", filter=timed), none),
-        timed_seconds_sum=summed(Sum(seconds, filter=timed), zero),
-    )
+    rows = _timed(_finished(ModelRequest.objects.filter(session=OuterRef("pk")))).order_by().values("session")
+    figures = {}
+    for name, total in _aggregates().items():
+        default = Value(0) if name in ("request_count", "prompt_sum", "cached_sum", "timed_tokens_sum") else Value(0.0)
+        figures[name] = Coalesce(Subquery(rows.annotate(total=total).values("total")[:1]), default)
+    return sessions.annotate(**figures)
 
 
 def listed_totals(session: ChatSession) -> RequestTotals:
     """The totals of a session from :func:`with_totals` (none where it was not annotated)."""
+    return _totals(lambda name: getattr(session, name, None))
+
+
+def _totals(figure: Callable[[str], object]) -> RequestTotals:
+    def number(name: str) -> float:
+        value = figure(name)
+        return float(value) if isinstance(value, int | float) else 0.0
+
     return RequestTotals(
-        requests=int(getattr(session, "request_count", 0)),
-        prompt_tokens=int(getattr(session, "prompt_sum", 0)),
-        cached_tokens=int(getattr(session, "cached_sum", 0)),
-        prompt_seconds=float(getattr(session, "prompt_seconds_sum", 0.0)),
-        timed_tokens=int(getattr(session, "timed_tokens_sum", 0)),
-        timed_seconds=float(getattr(session, "timed_seconds_sum", 0.0)),
+        requests=int(number("request_count")),
+        prompt_tokens=int(number("prompt_sum")),
+        cached_tokens=int(number("cached_sum")),
+        prompt_seconds=number("prompt_seconds_sum"),
+        timed_tokens=int(number("timed_tokens_sum")),
+        timed_seconds=number("timed_seconds_sum"),
     )
 
 
@@ -144,11 +157,10 @@ class ChartTally:
 
 
 def chart_tally(session: ChatSession) -> ChartTally:
-    """The session's chart as its finished requests leave it (three queries)."""
+    """The session's chart as its finished requests leave it (two queries)."""
     finished = _finished(ModelRequest.objects.filter(session=session))
+    figures = _timed(finished).aggregate(**_aggregates())
+    totals = _totals(figures.get)
     newest = finished.exclude(time_to_first_token=None).order_by("-id")
-    return ChartTally(
-        bars=finished.count(),
-        last_time_to_first_token=newest.values_list("time_to_first_token", flat=True).first(),
-        totals=session_totals(session),
-    )
+    ttft = newest.values_list("time_to_first_token", flat=True).first()
+    return ChartTally(bars=totals.requests, last_time_to_first_token=ttft, totals=totals)
