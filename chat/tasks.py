@@ -21,8 +21,8 @@ async def session_action(
     from chat.agent.cache_check import CheckSpec
     from chat.worker import jobs
 
-    async def check_later(spec: CheckSpec) -> None:
-        await cache_check.defer_async(spec=spec.as_json())
+    async def check_later(specs: list[CheckSpec]) -> None:
+        await cache_checks.defer_async(specs=[spec.as_json() for spec in specs])
 
     job_id = context.job.id or 0
     await jobs.run(
@@ -34,9 +34,20 @@ async def session_action(
     )
 
 
+@app.task(name="cachet.cache_checks", queue=CHECKS_QUEUE)
+async def cache_checks(*, specs: list[dict[str, Any]]) -> None:
+    """Check what an action's finished requests should have found cached, one after the other, store each check
+    and show it to the session's tabs (one job for them all: a job's own cost, taking it and its database
+    connection, was more than a short check's)."""
+    from chat.worker import checks
+
+    for spec in specs:
+        await checks.run(spec)
+
+
 @app.task(name="cachet.cache_check", queue=CHECKS_QUEUE)
 async def cache_check(*, spec: dict[str, Any]) -> None:
-    """Check what a finished request should have found cached, store it, and show it to the session's tabs."""
+    """One request's check, as a job queued by an earlier version of Cachet (before ``cache_checks``) asks it."""
     from chat.worker import checks
 
     await checks.run(spec)

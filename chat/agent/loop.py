@@ -150,7 +150,7 @@ class _Streamed:
     saved_size: int = 0
 
 
-CheckSink = Callable[[CheckSpec], Awaitable[None]]
+CheckSink = Callable[[list[CheckSpec]], Awaitable[None]]  # takes an action's checks, all at once
 
 
 class ReplyLoop:
@@ -225,10 +225,11 @@ class ReplyLoop:
     async def _checked(self) -> AsyncGenerator[ReplyEvent, None]:
         """The cache checks of this action's requests, the session let go: handed on, or run here."""
         checks, self._checks = self._checks, []
+        if self._checks_to is not None:
+            if checks:
+                await self._checks_to(checks)
+            return
         for spec in checks:
-            if self._checks_to is not None:
-                await self._checks_to(spec)
-                continue
             request = await run_check(spec)
             if request is not None:
                 yield CacheChecked(request, BarPlace(spec.bar, spec.previous_ttft))

@@ -1,5 +1,6 @@
-"""A request's cache check as a job of its own (``chat.tasks.cache_check``): it asks the model server to render and
-tokenize the prompt, which takes a second or more on a long one, so it never holds the session it belongs to."""
+"""A request's cache check, run in a job of its own with the other checks of its action (``chat.tasks.cache_checks``):
+it asks the model server to render and tokenize the prompt, which takes a second or more on a long one, so it never
+holds the session it belongs to."""
 
 from __future__ import annotations
 

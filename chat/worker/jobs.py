@@ -5,8 +5,8 @@ its store calls share one thread and one database connection (the one holding th
 other job's. While it runs, it listens on the session's reply group, so a Stop or a tab's request for the live
 text reaches it from any web process. Streamed text is published at most every ``TEXT_EVENT_SECONDS`` (a piece
 after a quiet moment at once): the pieces that come in between go on together, as one event, and anything else
-the reply publishes first sends the text that waits. Its cache checks are queued as jobs of their own
-(``CHECKS_QUEUE``): the session is free for the next message as soon as the reply has ended.
+the reply publishes first sends the text that waits. Its cache checks are queued as a job of their own, one for
+the action's requests (``CHECKS_QUEUE``): the session is free for the next message as soon as the reply has ended.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ MERGED_LIMIT = 16 * 1024  # characters of streamed text merged into one event at
 # each web process and each tab's socket: at 50 replies on two cores they fell behind (relay p99 0.5-0.9 s).
 TEXT_EVENT_SECONDS = 0.05
 
-CheckQueue = Callable[[CheckSpec], Awaitable[None]]
+CheckQueue = Callable[[list[CheckSpec]], Awaitable[None]]
 
 
 def utf16_length(text: str) -> int:

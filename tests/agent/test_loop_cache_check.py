@@ -84,8 +84,11 @@ def test_a_loop_with_a_place_for_its_checks_hands_them_on_and_runs_none(
 ) -> None:
     handed: list[CheckSpec] = []
 
-    async def later(spec: CheckSpec) -> None:
-        handed.append(spec)
+    async def later(specs: list[CheckSpec]) -> None:
+        handed.extend(specs)
+        batches.append(len(specs))
+
+    batches: list[int] = []
 
     with ScriptedServer(n_ctx=50_000) as server:
         session = _session(user, workspace, server)
@@ -93,6 +96,7 @@ def test_a_loop_with_a_place_for_its_checks_hands_them_on_and_runs_none(
         ran = run(ReplyLoop(session, client_timeouts=FAST, checks=later).send("read the notes twice"))
     _, second, third = ModelRequest.objects.filter(session=session).order_by("id")
     assert [spec.request_id for spec in handed] == [second.pk, third.pk]
+    assert batches == [2], "the action's checks are handed on at once, as one job"
     assert not any(isinstance(event, CacheChecked) for event in ran.events)
     assert [CheckSpec.from_json(json.loads(json.dumps(spec.as_json()))) for spec in handed] == handed
 
