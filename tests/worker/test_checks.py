@@ -52,7 +52,7 @@ def test_one_job_checks_the_actions_requests_and_shows_each_bar_where_it_stands(
         run(ReplyLoop(session, client_timeouts=FAST, checks=queued).send("read the notes twice"))
         assert len(batches) == 1 and len(batches[0]) == 2, "the action's two checks, as one job"
         assert ModelRequest.objects.filter(session=session, expected_cached_tokens__isnull=False).count() == 0
-        async_to_sync(tasks.cache_checks)(specs=batches[0])
+        async_to_sync(tasks.cache_checks.func)(specs=batches[0])
     bars = list(finished_requests(session=session).order_by("id"))
     checked = [request for request in bars if request.expected_cached_tokens is not None]
     assert [request.pk for request in checked] == [spec["request_id"] for spec in batches[0]]
