@@ -43,7 +43,8 @@ no slots to its own choice once it has more sessions than slots) on default flag
 ``--slot-save-path`` added (the flags docs/deployment.md recommends: a prefix saved when its slot is taken
 over, put back when its session returns), and the peers (a), (b) and (c) with the server's own choice.
 Sessions go to the replica of their number, as Cachet spreads them. Every figure is processed tokens over the
-floor: the same sessions, each on a server of its own. The ``--slot-save-path`` files go to temporary folders.
+floor: the same sessions, each on a server of its own; a peer's is also given over its own floor (its own requests,
+each session alone), which tells what sharing the servers cost it from what its longer requests cost. The ``--slot-save-path`` files go to temporary folders.
 
 The lines ``cachet processed/minimum = R`` (R to 3 decimals, the worst template shape) and ``cachet
 processed/floor = R`` (the worst scenario of Cachet's placement with saved slots against each session alone) are
@@ -875,12 +876,20 @@ def run_team(
     """Every scenario under every policy, each figure over the floor (each session alone on a server of its own,
     Cachet's requests); returns the worst processed/floor of Cachet with saved slots."""
     alone: list[int] = []
+    own_alone: dict[str, list[int]] = {policy: [] for policy in policies if policy.startswith("(")}
     for recorded in sessions[: max(scenario.sessions for scenario in scenarios)]:
         server = servers.run(ctx_per_slot=TEAM_CTX)
         try:
             alone.append(sum(send(server, sent.body).processed for sent in recorded.sent))
         finally:
             server.stop()
+        for policy, sums in own_alone.items():  # a peer's own requests, alone: what it could not do better than
+            server = servers.run(ctx_per_slot=TEAM_CTX)
+            try:
+                bodies = [body for turn in _team_bodies(recorded, policy) for body in turn]
+                sums.append(sum(send(server, body).processed for body in bodies))
+            finally:
+                server.stop()
     turns = len(sessions[0].by_turn())
     print()
     print(
@@ -906,6 +915,14 @@ def run_team(
         )
         print(
             f"{'  processed, wall s':<22}{'':>11}" + "".join(f"{processed[p]:>9,} {wall[p]:>5.0f}s" for p in policies),
+            flush=True,
+        )
+        own = {policy: sum(sums[: scenario.sessions]) for policy, sums in own_alone.items()}
+        print(
+            f"{'  over its own floor':<22}{'':>11}"
+            + "".join(
+                f"{processed[p] / own[p]:>15.2f}x" if p in own else f"{processed[p] / floor:>15.2f}x" for p in policies
+            ),
             flush=True,
         )
         if "cachet + saves" in processed:
