@@ -44,7 +44,8 @@ no slots to its own choice once it has more sessions than slots) on default flag
 over, put back when its session returns), and the peers (a), (b) and (c) with the server's own choice.
 Sessions go to the replica of their number, as Cachet spreads them. Every figure is processed tokens over the
 floor: the same sessions, each on a server of its own; a peer's is also given over its own floor (its own requests,
-each session alone), which tells what sharing the servers cost it from what its longer requests cost. The ``--slot-save-path`` files go to temporary folders.
+each session alone), which tells what sharing the servers cost it from what its longer requests cost. The
+``--slot-save-path`` files go to temporary folders.
 
 The lines ``cachet processed/minimum = R`` (R to 3 decimals, the worst template shape) and ``cachet
 processed/floor = R`` (the worst scenario of Cachet's placement with saved slots against each session alone) are
