@@ -802,6 +802,14 @@ TEAM_CTX = 2 * CTX  # per slot: a peer resending every result of 30 turns passes
 TEAM_POLICIES = ("llama.cpp", "cachet", "cachet + saves", "(a) resend", "(b) date", "(c) prune")
 
 
+@dataclass
+class _Similarity:
+    value: float | None = None  # the team's servers' --slot-prompt-similarity (None: llama.cpp's default, 0.1)
+
+
+TEAM_SIMILARITY = _Similarity()
+
+
 def _team_bodies(recorded: Recorded, policy: str) -> list[list[bytes]]:
     """A session's requests turn by turn, as Cachet sent them or as a peer policy would have."""
     bodies = {
@@ -831,7 +839,15 @@ def _team_run(
 
     saves = policy == "cachet + saves"
     folders = [Path(tempfile.mkdtemp(prefix="cachet-slots-")) if saves else None for _ in range(scenario.replicas)]
-    running = [servers.run(parallel=scenario.slots, slot_save_path=folder, ctx_per_slot=TEAM_CTX) for folder in folders]
+    running = [
+        servers.run(
+            parallel=scenario.slots,
+            slot_save_path=folder,
+            ctx_per_slot=TEAM_CTX,
+            slot_prompt_similarity=TEAM_SIMILARITY.value,
+        )
+        for folder in folders
+    ]
     placement.forget()
     ServerSlot.objects.all().delete()
     SlotSave.objects.all().delete()
@@ -965,11 +981,19 @@ def main() -> None:
     )
     parser.add_argument("--team-only", "--slots-only", action="store_true", help="only the team's scenarios")
     parser.add_argument(
+        "--slot-prompt-similarity",
+        type=float,
+        default=None,
+        help="the team's servers' --slot-prompt-similarity (default: llama.cpp's own, 0.1; 0 picks the least "
+        "recently used slot and saves its prompt to the host-memory cache every time)",
+    )
+    parser.add_argument(
         "--policies",
         default=",".join(TEAM_POLICIES),
         help=f"the team's policies (default all: {', '.join(TEAM_POLICIES)})",
     )
     args = parser.parse_args()
+    TEAM_SIMILARITY.value = args.slot_prompt_similarity
     turns = args.turns or (6 if args.quick else 30)
     alternation_turns = 2 if args.quick else 4
     slot_turns = args.session_turns or (12 if args.quick else 30)
