@@ -835,7 +835,6 @@ def _team_run(
     milliseconds and wall seconds."""
     from chat.agent import placement
     from sessions_app.models import ChatSession, ModelEndpoint, ServerSlot, SlotSave
-    from sessions_app.services.placement import slot_release
 
     saves = policy == "cachet + saves"
     folders = [Path(tempfile.mkdtemp(prefix="cachet-slots-")) if saves else None for _ in range(scenario.replicas)]
@@ -874,11 +873,16 @@ def _team_run(
                         totals.add(send(by_url[urls[session.pk % len(urls)]], body))
                         continue
                     placed = placement.place(session, previous=previous.get(session.pk))
+                    usage: Usage | None = None
                     try:
-                        totals.add(send(by_url[placed.url], placement.placed_body(body, placed)))
+                        usage = send(by_url[placed.url], placement.placed_body(body, placed))
+                        totals.add(usage)
+                        totals.processed += placed.handover_tokens
                     finally:
                         if placed.slot is not None:
-                            slot_release(url=placed.url, slot=placed.slot)
+                            placement.release_slot(
+                                url=placed.url, slot=placed.slot, cached_tokens=usage.cached if usage else None
+                            )
                     previous[session.pk] = placed
         wall = time.monotonic() - began
     finally:

@@ -867,7 +867,7 @@ def _finish(
         error=error,
         wait_for_disk=wait_for_disk,
     )
-    placement.release(request)
+    placement.release(request, cached_tokens=got.cached_tokens if got else None)
 
 
 def _as_now(context: ToolContext, session: ChatSession) -> ToolContext:

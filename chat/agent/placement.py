@@ -6,25 +6,29 @@ A session sticks to its replica; a new one is given one by its number, so that s
 replicas. It moves only when its replica cannot be reached: that replica is then left alone for
 :data:`DOWN_SECONDS` by this process, and the request goes to the next one, recorded as moved ("replica").
 
-Where the server does not save slots and a session would take over a slot holding another's prefix (more
-sessions than slots), the server is left to place requests itself for :data:`CROWDED_SECONDS`: a request
-that names its slot bypasses llama.cpp's host-memory prompt cache (``--cache-ram``), which then keeps
-returning sessions' prefixes better (four sessions on two slots: 1.13x the floor left to llama.cpp, 1.37x
-placed by Cachet).
-
-Where a session takes over a slot that held another's prefix and the server saves slots (llama.cpp's
-``--slot-save-path``, asked once per server start with ``server_api.slot_saving``, which touches no slot; on a
-server of one slot too), that
-prefix is saved first, and a session that returns to a slot not holding its own has its saved prefix put back:
-measured on the generated model, a slot of 6,830 tokens saved in 60 ms and was put back in 33 ms, where
-computing it again took the returning request 4,816 tokens. A prefix under :data:`MIN_SAVED_TOKENS` is computed
-again instead.
+A session that returns to a server where another session took its slot over (more sessions than slots) gets its
+prefix back one of two ways. Where the server saves slots (llama.cpp's ``--slot-save-path``, asked once per
+server start with ``server_api.slot_saving``, which touches no slot), the other session's prefix is saved to a
+file first and the returning session's own put back: measured on the generated model, a slot of 6,830 tokens
+saved in 60 ms and was put back in 33 ms, where computing it again took the returning request 4,816 tokens. A
+prefix under :data:`MIN_SAVED_TOKENS` is computed again instead. Where it does not, and has several slots, the
+slot is handed over first (``server_api.slot_handover``): llama.cpp then moves what the slot held into its
+host-memory prompt cache (``--cache-ram``, on by default) and loads the returning session's prefix from it.
+Without the handover it does that only where the slot's prefix shares less than half its tokens with the
+request; a short conversation shares more than half with every other (the system prompt and tools), and four
+sessions of 12 turns on two slots processed 1.30x the floor left to llama.cpp's own choice, 0.92x handed over.
+A server of one slot that saves none is left to place requests itself: a cached prefix loaded into a slot
+leaves the cache, llama.cpp saves idle slots to it only where there are others, and handovers there made two
+sessions of 12 turns take each other's prefix at every turn (1.67x the floor, 1.34x left to llama.cpp). A
+server whose handed-over slot served a request nothing from its cache (its prompt cache is off, or it takes a
+named slot as it stands) is left to place requests itself once sessions outnumber its slots, for the rest of
+its run.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import monotonic
 
 from chat.agent import server_api
@@ -43,17 +47,20 @@ _lock = threading.Lock()
 
 @dataclass(frozen=True)
 class _Known:
-    """What a server said: when, its slots (0: it says none), whether it saves them, and how it was started."""
+    """What a server said: when, its slots (0: it says none), whether it saves them, and how it was started; and
+    whether a slot handed over there is served from its prompt cache (until a handover shows otherwise)."""
 
     asked_at: float
     slots: int
     saves: bool
     started_as: str
+    hands_over: bool = True
 
 
 _slots: dict[str, _Known] = {}
 _down: dict[str, float] = {}  # url: until when it is left alone
 _crowded: dict[str, float] = {}  # url: until when its slots are left to it (more sessions than slots, none saved)
+_handed_over: set[tuple[str, int]] = set()  # (url, slot): handed over for the request now running there
 
 
 @dataclass(frozen=True)
@@ -64,32 +71,46 @@ class Placed:
     url: str
     slot: int | None = None
     moved: str = ""
+    handover_tokens: int = 0  # computed by the server to hand the slot over (``server_api.slot_handover``)
 
 
-def server_slots(url: str, *, api_key: str | None) -> tuple[int, bool]:
-    """How many slots the server at ``url`` has (0 where it does not say), and whether it saves them. Its
-    ``/props`` is read at most every minute; whether it saves slots is asked once per server start (the first time,
-    again when ``/props`` says it was started otherwise, after it was out of reach, or after a save or restore it
-    refused) and never changes a slot (``server_api.slot_saving``)."""
+@dataclass(frozen=True)
+class ServerSlots:
+    """What placement knows of a server: its slots (0: it says none), whether it saves them, and whether a slot
+    handed over there is served from its prompt cache."""
+
+    slots: int
+    saves: bool
+    hands_over: bool
+
+
+def server_slots(url: str, *, api_key: str | None) -> ServerSlots:
+    """What the server at ``url`` offers placement. Its ``/props`` is read at most every minute; whether it saves
+    slots is asked once per server start (the first time, again when ``/props`` says it was started otherwise,
+    after it was out of reach, or after a save or restore it refused) and never changes a slot
+    (``server_api.slot_saving``); a handover that served nothing from the cache holds until the server's next
+    start."""
     with _lock:
         known = _slots.get(url)
     if known is not None and monotonic() - known.asked_at < SLOTS_KEPT_SECONDS:
-        return known.slots, known.saves
+        return ServerSlots(known.slots, known.saves, known.hands_over)
     try:
         props = server_api.props(url, api_key=api_key, timeout=SLOTS_TIMEOUT)
         slots = props.total_slots if props is not None and props.total_slots else 0
         started_as = props.started_as if props is not None else ""
+        same_start = known is not None and known.slots == slots and known.started_as == started_as
+        hands_over = known.hands_over if known is not None and same_start else True
         if slots < 1:
             saves = False
-        elif known is not None and known.slots == slots and known.started_as == started_as:
+        elif known is not None and same_start:
             saves = known.saves
         else:
             saves = server_api.slot_saving(url, api_key=api_key, timeout=SLOTS_TIMEOUT)
     except server_api.ServerAPIError:
-        return 0, False  # out of reach: the request says so
+        return ServerSlots(0, False, False)  # out of reach: the request says so
     with _lock:
-        _slots[url] = _Known(monotonic(), slots, saves, started_as)
-    return slots, saves
+        _slots[url] = _Known(monotonic(), slots, saves, started_as, hands_over)
+    return ServerSlots(slots, saves, hands_over)
 
 
 def forget_saving(url: str) -> None:
@@ -129,21 +150,39 @@ def place(session: ChatSession, *, previous: Placed | None, avoid: frozenset[str
         if previous is not None and previous.url in endpoint.urls:
             moved = Moved.REPLICA
     api_key = endpoint.api_key or None
-    slots, saves = server_slots(url, api_key=api_key)
-    if slots < 1 or (slots == 1 and not saves):  # one slot and no saves: nothing to choose or keep
+    server = server_slots(url, api_key=api_key)
+    if server.slots < 1 or (server.slots == 1 and not server.saves):
+        # One slot and no saves: nothing to choose, and a handover would move the one copy of a session's prefix
+        # out of the host-memory cache for another session to take (there, no idle slot is ever saved again).
         return Placed(url, None, moved)
-    if not saves and _is_crowded(url):
+    left_to_server = not server.saves and not server.hands_over
+    if left_to_server and _is_crowded(url):
         return Placed(url, None, moved)
     before = previous.slot if previous is not None and previous.url == url else None
-    taken = take_slot(session, url=url, slots=slots, previous=before, api_key=api_key, saves=saves)
-    if taken.evicted is not None and not saves and taken.slot is not None:
-        # More sessions than slots, and nothing can be saved: a slot asked for by id bypasses llama.cpp's
-        # host-memory cache, which then keeps the prefixes better than taking slots from each other does.
+    taken = take_slot(session, url=url, slots=server.slots, previous=before, api_key=api_key, saves=server.saves)
+    if taken.slot is None or taken.evicted is None or server.saves:
+        return Placed(url, taken.slot, moved or taken.moved)
+    if left_to_server:
+        # More sessions than slots, nothing saved, and a named slot not served from the prompt cache: the server's
+        # own choice keeps the prefixes better than taking slots from each other does.
         with _lock:
             _crowded[url] = monotonic() + CROWDED_SECONDS
         slot_release(url=url, slot=taken.slot)
         return Placed(url, None, moved)
-    return Placed(url, taken.slot, moved or taken.moved)
+    if previous is None or previous.url != url:  # new here: the slot's prefix shares the system prompt and tools
+        return Placed(url, taken.slot, moved or taken.moved)
+    computed = _hand_over(url, taken.slot, api_key=api_key)
+    if computed is not None:
+        with _lock:
+            _handed_over.add((url, taken.slot))
+    return Placed(url, taken.slot, moved or taken.moved, handover_tokens=computed or 0)
+
+
+def _hand_over(url: str, slot: int, *, api_key: str | None) -> int | None:
+    try:
+        return server_api.slot_handover(url, slot, api_key=api_key, timeout=SLOT_FILE_TIMEOUT)
+    except server_api.ServerAPIError:
+        return None  # out of reach: the request says so
 
 
 def _is_crowded(url: str) -> bool:
@@ -192,10 +231,23 @@ def placed_body(body: bytes, placed: Placed) -> bytes:
     return body[:-1] + b',"id_slot":%d}' % placed.slot
 
 
-def release(request: ModelRequest) -> None:
-    """The request is over: its slot is free again."""
+def release(request: ModelRequest, *, cached_tokens: int | None) -> None:
+    """The request is over (``cached_tokens``: as many of its prompt's as the server found cached, where it
+    answered): its slot is free again."""
     if request.slot is not None:
-        slot_release(url=request.endpoint_url, slot=request.slot)
+        release_slot(url=request.endpoint_url, slot=request.slot, cached_tokens=cached_tokens)
+
+
+def release_slot(*, url: str, slot: int, cached_tokens: int | None) -> None:
+    """The request placed in ``slot`` of the server at ``url`` is over; where that slot was handed over for it and
+    the server found none of its prompt cached, this server does not serve a handed-over slot from its cache."""
+    with _lock:
+        handed_over = (url, slot) in _handed_over
+        _handed_over.discard((url, slot))
+        known = _slots.get(url)
+        if handed_over and cached_tokens == 0 and known is not None:
+            _slots[url] = replace(known, hands_over=False)
+    slot_release(url=url, slot=slot)
 
 
 def forget() -> None:
@@ -204,3 +256,4 @@ def forget() -> None:
         _slots.clear()
         _down.clear()
         _crowded.clear()
+        _handed_over.clear()

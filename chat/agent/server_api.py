@@ -191,6 +191,25 @@ def slot_action(
     return data if isinstance(data, dict) else None
 
 
+HANDOVER_PROMPT = "Cachet hands this slot over."
+
+
+def slot_handover(base_url: str, slot: int, *, api_key: str | None = None, timeout: float = TIMEOUT) -> int | None:
+    """Put a few tokens of no conversation's into ``slot`` (llama.cpp's ``/completion``, nothing generated), so that
+    the request that follows finds there almost nothing in common with it: llama.cpp then saves what the slot held
+    to its host-memory prompt cache (``--cache-ram``) and loads the cached prompt that best matches the request.
+    Where the slot still held a prefix sharing at least half its tokens with the request (the system prompt and
+    tools every session shares, and a short conversation), llama.cpp keeps that prefix and computes the rest again
+    instead. The tokens the server computed for it; ``None`` where it did not do it."""
+    payload = {"prompt": HANDOVER_PROMPT, "n_predict": 0, "id_slot": slot, "cache_prompt": True}
+    data = _call(base_url, "/completion", api_key=api_key, payload=payload, timeout=timeout)
+    if not isinstance(data, dict):
+        return None
+    timings = data.get("timings")
+    computed = timings.get("prompt_n") if isinstance(timings, dict) else None
+    return computed if isinstance(computed, int) and not isinstance(computed, bool) and computed >= 0 else 0
+
+
 SLOT_PROBE_ACTION = "cachet-capabilities"
 
 

@@ -49,16 +49,14 @@ def _session(user: Any, workspace: Workspace, endpoint: ModelEndpoint) -> ChatSe
 @pytest.fixture(scope="module")
 def two_slots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", SHAPE)
-    with LlamaServer(
-        model, ctx_size=2 * SLOT_CONTEXT, n_predict=1, alias="tiny", cache_ram_mib=0, parallel=2
-    ) as server:
-        yield server
+    with LlamaServer(model, ctx_size=2 * SLOT_CONTEXT, n_predict=1, alias="tiny", parallel=2) as server:
+        yield server  # llama.cpp's default flags: a host-memory prompt cache, no saved slots
 
 
 def test_two_sessions_taking_turns_on_two_slots_each_find_their_prefix(
     user: Any, workspace: Workspace, two_slots: LlamaServer
 ) -> None:
-    assert placement.server_slots(two_slots.base_url, api_key=None) == (2, False), "two slots, none saved"
+    assert placement.server_slots(two_slots.base_url, api_key=None) == placement.ServerSlots(2, False, True)
     endpoint = ModelEndpoint.objects.create(
         name="two", base_url=two_slots.base_url, model="tiny", context_window=SLOT_CONTEXT
     )
@@ -79,24 +77,60 @@ def test_two_sessions_taking_turns_on_two_slots_each_find_their_prefix(
     assert {request.slot for request in ModelRequest.objects.all()} == {0, 1}
 
 
-def test_more_sessions_than_slots_on_a_server_that_saves_none_are_left_to_its_own_placement(
+def _turns(sessions: list[ChatSession], turns: int) -> None:
+    for turn in range(turns):
+        for number, session in enumerate(sessions):  # more sessions than slots: each return finds its slot taken
+            words = f"session {number} turn {turn}: " + " ".join(f"w{number}{turn}{i}" for i in range(WORDS))
+            ran = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send(words))
+            assert ran.turn.status == TurnStatus.DONE, ran.turn.error
+
+
+def test_more_sessions_than_slots_on_default_flags_each_find_their_prefix_in_the_host_memory_cache(
     user: Any, workspace: Workspace, two_slots: LlamaServer
 ) -> None:
+    """Three sessions on two slots, llama.cpp's default flags: a returning session's slot is handed over first, and
+    llama.cpp loads its prefix from the host-memory cache. Left to llama.cpp's own choice (and so before), a
+    returning session found only the system prompt and tools cached: its conversation shared more than half the
+    slot's tokens with the request, and llama.cpp kept that instead of loading the session's own."""
     endpoint = ModelEndpoint.objects.create(
         name="two", base_url=two_slots.base_url, model="tiny", context_window=SLOT_CONTEXT
     )
     sessions = [_session(user, workspace, endpoint) for _ in range(3)]
-    for turn in range(2):
-        for session in sessions:
-            ran = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send(f"turn {turn}"))
-            assert ran.turn.status == TurnStatus.DONE, ran.turn.error
+    _turns(sessions, 3)
+    for session in sessions:
+        _, *returning = ModelRequest.objects.filter(session=session).order_by("id")
+        assert len(returning) == 2 and all(request.slot is not None for request in returning)
+        for request in returning:
+            assert request.prompt_tokens and request.cached_tokens is not None
+            assert request.cached_tokens >= 0.9 * request.prompt_tokens, (
+                f"{request.cached_tokens} of {request.prompt_tokens} cached"
+            )
+    assert placement.server_slots(two_slots.base_url, api_key=None).hands_over
+
+
+def test_a_server_whose_handed_over_slot_serves_nothing_cached_is_left_to_its_own_placement(
+    user: Any, workspace: Workspace, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Its prompt cache is off (or, in llama.cpp before the idle-slot cache, a named slot is taken as it stands):
+    once sessions outnumber its slots, the server places them itself for the rest of its run."""
+    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", SHAPE)
+    with LlamaServer(
+        model, ctx_size=2 * SLOT_CONTEXT, n_predict=1, alias="tiny", cache_ram_mib=0, parallel=2
+    ) as server:
+        endpoint = ModelEndpoint.objects.create(
+            name="two", base_url=server.base_url, model="tiny", context_window=SLOT_CONTEXT
+        )
+        sessions = [_session(user, workspace, endpoint) for _ in range(3)]
+        _turns(sessions, 2)
+        assert not placement.server_slots(server.base_url, api_key=None).hands_over
     slots = [
         list(ModelRequest.objects.filter(session=s).order_by("id").values_list("slot", flat=True)) for s in sessions
     ]
     assert {slots[0][0], slots[1][0]} == {0, 1}, "while each session has a slot, each keeps its own"
-    assert slots[2] == [None, None] and slots[0][1:] == slots[1][1:] == [None], (
-        "a third would take another's slot, with nothing saved: llama.cpp's host-memory cache does better"
-    )
+    assert slots[2][0] is not None, "the third takes the least recently used slot"
+    handed_over = ModelRequest.objects.filter(session=sessions[0]).order_by("id")[1]
+    assert handed_over.slot is not None and handed_over.cached_tokens == 0, "the first return: nothing cached"
+    assert slots[1][1:] == slots[2][1:] == [None], "then the server chooses"
 
 
 def test_a_replica_out_of_reach_moves_the_session_to_another_and_the_chart_marks_it(
@@ -128,7 +162,7 @@ def test_requests_to_a_server_of_one_slot_name_no_slot(user: Any, workspace: Wor
         session = _session(user, workspace, endpoint)
         run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("hello"))
         assert b"id_slot" not in server.requests[0]
-        assert placement.server_slots(server.base_url, api_key=None) == (1, False)
+        assert placement.server_slots(server.base_url, api_key=None) == placement.ServerSlots(1, False, True)
     assert ModelRequest.objects.get(session=session).slot is None
 
 
@@ -141,7 +175,7 @@ def test_a_session_whose_slot_was_taken_over_has_its_prefix_put_back(
     with LlamaServer(
         model, ctx_size=2 * SLOT_CONTEXT, n_predict=1, alias="tiny", cache_ram_mib=0, parallel=2, slot_save_path=saves
     ) as server:
-        assert placement.server_slots(server.base_url, api_key=None) == (2, True)
+        assert placement.server_slots(server.base_url, api_key=None) == placement.ServerSlots(2, True, True)
         endpoint = ModelEndpoint.objects.create(
             name="saves", base_url=server.base_url, model="tiny", context_window=SLOT_CONTEXT
         )
@@ -207,7 +241,7 @@ def test_asking_whether_a_server_saves_slots_never_empties_one(
         for turn in range(3):
             for _ in range(10):
                 placement.forget()
-                assert placement.server_slots(server.base_url, api_key=None) == (2, True)
+                assert placement.server_slots(server.base_url, api_key=None) == placement.ServerSlots(2, True, True)
             words = f"turn {turn}: " + " ".join(f"w{turn}{i}" for i in range(WORDS // 5))
             ran = run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send(words))
             assert ran.turn.status == TurnStatus.DONE, ran.turn.error
@@ -229,10 +263,10 @@ def test_whether_a_server_saves_slots_is_asked_once_per_start(monkeypatch: pytes
 
     monkeypatch.setattr(server_api, "slot_saving", counted)
     with ScriptedServer(model="m", n_ctx=50_000) as server:
-        assert placement.server_slots(server.base_url, api_key=None) == (1, False)
+        assert not placement.server_slots(server.base_url, api_key=None).saves
         known = placement._slots[server.base_url]
         placement._slots[server.base_url] = placement._Known(0.0, known.slots, known.saves, known.started_as)
-        assert placement.server_slots(server.base_url, api_key=None) == (1, False)  # a minute on: the same start
+        assert not placement.server_slots(server.base_url, api_key=None).saves  # a minute on: the same start
         assert len(asked) == 1
         placement.mark_down(server.base_url)  # out of reach: perhaps started again, with other flags
         placement.server_slots(server.base_url, api_key=None)

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from chat.agent import server_api
@@ -86,12 +87,25 @@ def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> tuple[http.se
     return httpd, base
 
 
+def test_a_slot_handed_over_holds_no_conversation_and_its_prompt_leaves_for_the_host_memory_cache(
+    llama: LlamaServer,
+) -> None:
+    conversation = "A conversation that the next request does not continue. " * 20
+    first = httpx.post(llama.address + "/completion", json={"prompt": conversation, "n_predict": 0}, timeout=30)
+    assert first.status_code == 200
+    computed = server_api.slot_handover(llama.base_url, 0)
+    assert computed is not None and 0 < computed < 40, "a few tokens of its own"
+    again = httpx.post(llama.address + "/completion", json={"prompt": conversation, "n_predict": 0}, timeout=30)
+    assert again.json()["timings"]["prompt_n"] <= 2, "the conversation came back from the host-memory cache"
+
+
 def test_a_server_without_them_answers_none_and_is_not_asked_again() -> None:
     httpd, base = _serving(_Plain)
     try:
         assert server_api.props(base) is None
         assert server_api.tokenize(base, "x") is None
         assert server_api.apply_template(base, [{"role": "user", "content": "x"}]) is None
+        assert server_api.slot_handover(base, 0) is None
         httpd.shutdown()
         assert server_api.props(base) is None  # remembered: not asked again
         server_api.forget(base)
