@@ -11,18 +11,23 @@ prefix back one of two ways. Where the server saves slots (llama.cpp's ``--slot-
 server start with ``server_api.slot_saving``, which touches no slot), the other session's prefix is saved to a
 file first and the returning session's own put back: measured on the generated model, a slot of 6,830 tokens
 saved in 60 ms and was put back in 33 ms, where computing it again took the returning request 4,816 tokens. A
-prefix under :data:`MIN_SAVED_TOKENS` is computed again instead. Where it does not, and has several slots, the
-slot is handed over first (``server_api.slot_handover``): llama.cpp then moves what the slot held into its
-host-memory prompt cache (``--cache-ram``, on by default) and loads the returning session's prefix from it.
-Without the handover it does that only where the slot's prefix shares less than half its tokens with the
-request; a short conversation shares more than half with every other (the system prompt and tools), and four
-sessions of 12 turns on two slots processed 1.30x the floor left to llama.cpp's own choice, 0.92x handed over.
-A server of one slot that saves none is left to place requests itself: a cached prefix loaded into a slot
-leaves the cache, llama.cpp saves idle slots to it only where there are others, and handovers there made two
-sessions of 12 turns take each other's prefix at every turn (1.67x the floor, 1.34x left to llama.cpp). A
-server whose handed-over slot served a request nothing from its cache (its prompt cache is off, or it takes a
-named slot as it stands) is left to place requests itself once sessions outnumber its slots, for the rest of
-its run.
+prefix under :data:`MIN_SAVED_TOKENS` is computed again instead.
+
+Where it does not, the slot is handed over first (``server_api.slot_handover``): a few tokens of no
+conversation's go into it, so that llama.cpp moves what the slot held into its host-memory prompt cache
+(``--cache-ram``, on by default) and loads the returning session's prefix from it. Left to itself, llama.cpp does
+that only where the slot's prefix shares less than half its tokens with the request, and a short conversation
+shares more than half with any other (the system prompt and tools): four sessions of 12 turns on two slots
+processed 1.30x the floor left to llama.cpp's own choice, 1.00x handed over. A new session that takes over a
+slot hands it over with the chat template's head instead, which saves the slot's prefix and loads no other: a
+cached prefix loaded into a slot leaves the cache, so a new session that loaded another's (they share the system
+prompt and tools) would leave that one nothing to come back to, and llama.cpp's own saves of idle slots come too
+late where the next request is quicker than the server's release of the slot (and never, on a server of one
+slot: there, handing over with foreign tokens made two sessions take each other's prefix at every turn, 1.67x
+the floor). The new session computes the system prompt and tools itself, as it would on a server of its own. A
+server whose handed-over slot served a request nothing from its cache (its prompt cache is
+off, or it takes a named slot as it stands) is left to place requests itself once sessions outnumber its slots,
+for the rest of its run.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ SLOTS_TIMEOUT = 3.0
 DOWN_SECONDS = 30.0
 CROWDED_SECONDS = 600.0  # how long a server that does not save slots is left to place requests itself
 MIN_SAVED_TOKENS = 1024
+MIN_HEAD_TOKENS = 2  # a request may share one token less with the template's head: still at least half of it
 SLOT_FILE_TIMEOUT = 60.0  # a large model's slot is hundreds of megabytes
 
 _lock = threading.Lock()
@@ -151,12 +157,8 @@ def place(session: ChatSession, *, previous: Placed | None, avoid: frozenset[str
             moved = Moved.REPLICA
     api_key = endpoint.api_key or None
     server = server_slots(url, api_key=api_key)
-    if server.slots < 1 or (server.slots == 1 and not server.saves):
-        # One slot and no saves: nothing to choose, and a handover would move the one copy of a session's prefix
-        # out of the host-memory cache for another session to take (there, no idle slot is ever saved again).
-        return Placed(url, None, moved)
     left_to_server = not server.saves and not server.hands_over
-    if left_to_server and _is_crowded(url):
+    if server.slots < 1 or (left_to_server and (server.slots == 1 or _is_crowded(url))):
         return Placed(url, None, moved)
     before = previous.slot if previous is not None and previous.url == url else None
     taken = take_slot(session, url=url, slots=server.slots, previous=before, api_key=api_key, saves=server.saves)
@@ -169,18 +171,33 @@ def place(session: ChatSession, *, previous: Placed | None, avoid: frozenset[str
             _crowded[url] = monotonic() + CROWDED_SECONDS
         slot_release(url=url, slot=taken.slot)
         return Placed(url, None, moved)
-    if previous is None or previous.url != url:  # new here: the slot's prefix shares the system prompt and tools
-        return Placed(url, taken.slot, moved or taken.moved)
-    computed = _hand_over(url, taken.slot, api_key=api_key)
-    if computed is not None:
+    handover: str | tuple[int, ...] = server_api.HANDOVER_PROMPT
+    if previous is None or previous.url != url:  # new here: save the slot's prefix, and take no cached one
+        head = _template_head(url, api_key=api_key)
+        if head is None and server.slots == 1:
+            slot_release(url=url, slot=taken.slot)
+            return Placed(url, None, moved)
+        if head is None:
+            return Placed(url, taken.slot, moved or taken.moved)
+        handover = head
+    computed = _hand_over(url, taken.slot, handover, api_key=api_key)
+    if computed is not None and handover == server_api.HANDOVER_PROMPT:
         with _lock:
             _handed_over.add((url, taken.slot))
     return Placed(url, taken.slot, moved or taken.moved, handover_tokens=computed or 0)
 
 
-def _hand_over(url: str, slot: int, *, api_key: str | None) -> int | None:
+def _template_head(url: str, *, api_key: str | None) -> tuple[int, ...] | None:
     try:
-        return server_api.slot_handover(url, slot, api_key=api_key, timeout=SLOT_FILE_TIMEOUT)
+        head = server_api.template_head(url, api_key=api_key, timeout=SLOTS_TIMEOUT)
+    except server_api.ServerAPIError:
+        return None
+    return head if head is not None and len(head) >= MIN_HEAD_TOKENS else None
+
+
+def _hand_over(url: str, slot: int, prompt: str | tuple[int, ...], *, api_key: str | None) -> int | None:
+    try:
+        return server_api.slot_handover(url, slot, prompt=prompt, api_key=api_key, timeout=SLOT_FILE_TIMEOUT)
     except server_api.ServerAPIError:
         return None  # out of reach: the request says so
 

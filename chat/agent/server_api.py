@@ -81,6 +81,7 @@ def forget(base_url: str) -> None:
         for key in [key for key in _unoffered if key[0] == root]:
             del _unoffered[key]
         _rendered.pop(root, None)
+        _heads.pop(root, None)
 
 
 _rendered: dict[str, float] = {}  # server roots that rendered a prompt lately
@@ -194,20 +195,57 @@ def slot_action(
 HANDOVER_PROMPT = "Cachet hands this slot over."
 
 
-def slot_handover(base_url: str, slot: int, *, api_key: str | None = None, timeout: float = TIMEOUT) -> int | None:
-    """Put a few tokens of no conversation's into ``slot`` (llama.cpp's ``/completion``, nothing generated), so that
-    the request that follows finds there almost nothing in common with it: llama.cpp then saves what the slot held
-    to its host-memory prompt cache (``--cache-ram``) and loads the cached prompt that best matches the request.
-    Where the slot still held a prefix sharing at least half its tokens with the request (the system prompt and
-    tools every session shares, and a short conversation), llama.cpp keeps that prefix and computes the rest again
-    instead. The tokens the server computed for it; ``None`` where it did not do it."""
-    payload = {"prompt": HANDOVER_PROMPT, "n_predict": 0, "id_slot": slot, "cache_prompt": True}
-    data = _call(base_url, "/completion", api_key=api_key, payload=payload, timeout=timeout)
+def slot_handover(
+    base_url: str,
+    slot: int,
+    *,
+    prompt: str | Sequence[int] = HANDOVER_PROMPT,
+    api_key: str | None = None,
+    timeout: float = TIMEOUT,
+) -> int | None:
+    """Put ``prompt`` (text, or tokens) into ``slot`` with llama.cpp's ``/completion``, nothing generated, so that
+    llama.cpp saves what the slot held to its host-memory prompt cache (``--cache-ram``): it does where a request
+    shares less than half of the slot's tokens. The default, a few tokens of no conversation's, makes the request
+    that follows load the cached prompt that best matches it; a template's head (:func:`template_head`) makes it
+    load none and compute its own. The tokens the server computed for it; ``None`` where it did not do it."""
+    payload = {"prompt": prompt if isinstance(prompt, str) else list(prompt), "n_predict": 0, "id_slot": slot}
+    data = _call(base_url, "/completion", api_key=api_key, payload=payload | {"cache_prompt": True}, timeout=timeout)
     if not isinstance(data, dict):
         return None
     timings = data.get("timings")
     computed = timings.get("prompt_n") if isinstance(timings, dict) else None
     return computed if isinstance(computed, int) and not isinstance(computed, bool) and computed >= 0 else 0
+
+
+_heads: dict[str, tuple[int, ...]] = {}  # server root: the tokens every chat request there begins with
+_HEAD_PROBES = ("a", "b")
+
+
+def template_head(base_url: str, *, api_key: str | None = None, timeout: float = TIMEOUT) -> tuple[int, ...] | None:
+    """The tokens every chat request to the server begins with (its chat template up to the system prompt's text,
+    BOS included): what two renderings that differ only in the system prompt have in common. Asked once per
+    server for the process; ``None`` where the server offers no template or tokenizer."""
+    root = server_root(base_url)
+    with _unoffered_lock:
+        kept = _heads.get(root)
+    if kept is not None:
+        return kept
+    renderings: list[list[int]] = []
+    for text in _HEAD_PROBES:
+        messages = [{"role": "system", "content": text}, {"role": "user", "content": "?"}]
+        prompt = apply_template(base_url, messages, api_key=api_key, timeout=timeout)
+        tokens = tokenize(base_url, prompt, api_key=api_key, timeout=timeout) if prompt is not None else None
+        if tokens is None:
+            return None
+        renderings.append(tokens)
+    first, second = renderings
+    shared = 0
+    while shared < min(len(first), len(second)) and first[shared] == second[shared]:
+        shared += 1
+    head = tuple(first[:shared])
+    with _unoffered_lock:
+        _heads[root] = head
+    return head
 
 
 SLOT_PROBE_ACTION = "cachet-capabilities"

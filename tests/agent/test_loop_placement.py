@@ -108,6 +108,30 @@ def test_more_sessions_than_slots_on_default_flags_each_find_their_prefix_in_the
     assert placement.server_slots(two_slots.base_url, api_key=None).hands_over
 
 
+def test_two_sessions_taking_turns_on_one_slot_on_default_flags_each_find_their_prefix(
+    user: Any, workspace: Workspace, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """One slot, which llama.cpp never saves to its cache as an idle slot: a new session hands it over with the
+    chat template's head (the holder's prefix is saved, no cached one is taken), a returning one with tokens of
+    no conversation's (its own comes back). Handed over the second way only, each took the other's cached prefix
+    at every turn; left to llama.cpp, each return found only the system prompt and tools."""
+    model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", SHAPE)
+    with LlamaServer(model, ctx_size=SLOT_CONTEXT, n_predict=1, alias="tiny") as server:
+        endpoint = ModelEndpoint.objects.create(
+            name="one", base_url=server.base_url, model="tiny", context_window=SLOT_CONTEXT
+        )
+        sessions = [_session(user, workspace, endpoint) for _ in range(2)]
+        _turns(sessions, 3)
+    for session in sessions:
+        _, *returning = ModelRequest.objects.filter(session=session).order_by("id")
+        assert len(returning) == 2 and all(request.slot == 0 for request in returning)
+        for request in returning:
+            assert request.prompt_tokens and request.cached_tokens is not None
+            assert request.cached_tokens >= 0.9 * request.prompt_tokens, (
+                f"{request.cached_tokens} of {request.prompt_tokens} cached"
+            )
+
+
 def test_a_server_whose_handed_over_slot_serves_nothing_cached_is_left_to_its_own_placement(
     user: Any, workspace: Workspace, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -156,14 +180,14 @@ def test_a_replica_out_of_reach_moves_the_session_to_another_and_the_chart_marks
     assert f"sent to: {other.base_url}" in bar and "moved: replica" in bar
 
 
-def test_requests_to_a_server_of_one_slot_name_no_slot(user: Any, workspace: Workspace, tmp_path: Path) -> None:
+def test_requests_to_a_server_of_one_slot_name_it(user: Any, workspace: Workspace, tmp_path: Path) -> None:
     with ScriptedServer(model="m", n_ctx=50_000) as server:
         endpoint = ModelEndpoint.objects.create(name="one", base_url=server.base_url, model="m")
         session = _session(user, workspace, endpoint)
         run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("hello"))
-        assert b"id_slot" not in server.requests[0]
+        assert server.requests[0].endswith(b',"id_slot":0}')
         assert placement.server_slots(server.base_url, api_key=None) == placement.ServerSlots(1, False, True)
-    assert ModelRequest.objects.get(session=session).slot is None
+    assert ModelRequest.objects.get(session=session).slot == 0
 
 
 def test_a_session_whose_slot_was_taken_over_has_its_prefix_put_back(
@@ -274,7 +298,7 @@ def test_whether_a_server_saves_slots_is_asked_once_per_start(monkeypatch: pytes
 
 
 def test_a_requests_bytes_sent_are_every_byte_of_its_body(user: Any, workspace: Workspace) -> None:
-    """The sampling settings (and ``id_slot``) go after the conversation, and the record counts them (it left them
+    """The sampling settings and ``id_slot`` go after the conversation, and the record counts them (it left them
     out: 30 to 47 bytes short)."""
     with ScriptedServer(model="m", n_ctx=50_000) as server:
         endpoint = ModelEndpoint.objects.create(name="one", base_url=server.base_url, model="m")
@@ -283,5 +307,5 @@ def test_a_requests_bytes_sent_are_every_byte_of_its_body(user: Any, workspace: 
         server.push(Step(text="hi"))
         run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("hello"))
         received = server.requests[0]
-    assert received.endswith(b',"temperature":0.25,"max_tokens":500}'), received[-60:]
+    assert received.endswith(b',"temperature":0.25,"max_tokens":500,"id_slot":0}'), received[-60:]
     assert ModelRequest.objects.get(session=session).bytes_sent == len(received)

@@ -99,6 +99,14 @@ def test_a_slot_handed_over_holds_no_conversation_and_its_prompt_leaves_for_the_
     assert again.json()["timings"]["prompt_n"] <= 2, "the conversation came back from the host-memory cache"
 
 
+def test_the_template_head_begins_every_chat_request(llama: LlamaServer) -> None:
+    head = server_api.template_head(llama.base_url)
+    assert head is not None and len(head) >= 2
+    messages = [{"role": "system", "content": "You are a coding assistant."}, {"role": "user", "content": "hi"}]
+    tokens = server_api.prompt_tokens(llama.base_url, messages)
+    assert tokens is not None and tokens[: len(head)] == head
+
+
 def test_a_server_without_them_answers_none_and_is_not_asked_again() -> None:
     httpd, base = _serving(_Plain)
     try:
@@ -106,6 +114,7 @@ def test_a_server_without_them_answers_none_and_is_not_asked_again() -> None:
         assert server_api.tokenize(base, "x") is None
         assert server_api.apply_template(base, [{"role": "user", "content": "x"}]) is None
         assert server_api.slot_handover(base, 0) is None
+        assert server_api.template_head(base) is None
         httpd.shutdown()
         assert server_api.props(base) is None  # remembered: not asked again
         server_api.forget(base)
