@@ -703,12 +703,17 @@ def run_reference(
         )
     ratio_clock = totals["clock (worst)"].processed / base.processed
     ratio_c = totals["(c) prune"].processed / base.processed
+    pruned = prune_bodies(recorded) != resend_bodies(recorded)
     fewer = all(base.processed < totals[name].processed for name in totals if name != "cachet")
     print(
         f"targets: R <= 1.02 on every shape: {'met' if worst <= 1.02 else 'MISSED'} ({worst:.3f}); "
         f"fewer than every peer: {'met' if fewer else 'MISSED'}; "
         f">= 5x fewer than the clock: {'met' if ratio_clock >= 5 else 'MISSED'} ({ratio_clock:.2f}x); "
-        f">= 1.3x fewer than (c): {'met' if ratio_c >= 1.3 else 'MISSED'} ({ratio_c:.2f}x)"
+        + (
+            f">= 1.3x fewer than (c): {'met' if ratio_c >= 1.3 else 'MISSED'} ({ratio_c:.2f}x)"
+            if pruned
+            else f">= 1.3x fewer than (c): n/a, (c) pruned nothing in {len(recorded.by_turn())} turns ({ratio_c:.2f}x)"
+        )
     )
     return worst
 
