@@ -105,6 +105,8 @@ def server_slots(url: str, *, api_key: str | None) -> ServerSlots:
         slots = props.total_slots if props is not None and props.total_slots else 0
         started_as = props.started_as if props is not None else ""
         same_start = known is not None and known.slots == slots and known.started_as == started_as
+        if not same_start:
+            server_api.forget_head(url)
         hands_over = known.hands_over if known is not None and same_start else True
         if slots < 1:
             saves = False

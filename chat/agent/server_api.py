@@ -81,7 +81,7 @@ def forget(base_url: str) -> None:
         for key in [key for key in _unoffered if key[0] == root]:
             del _unoffered[key]
         _rendered.pop(root, None)
-        _heads.pop(root, None)
+    forget_head(base_url)
 
 
 _rendered: dict[str, float] = {}  # server roots that rendered a prompt lately
@@ -219,6 +219,12 @@ def slot_handover(
 
 _heads: dict[str, tuple[int, ...]] = {}  # server root: the tokens every chat request there begins with
 _HEAD_PROBES = ("a", "b")
+
+
+def forget_head(base_url: str) -> None:
+    """Ask for the server's template head again: it was started again, perhaps with another model."""
+    with _unoffered_lock:
+        _heads.pop(server_root(base_url), None)
 
 
 def template_head(base_url: str, *, api_key: str | None = None, timeout: float = TIMEOUT) -> tuple[int, ...] | None:

@@ -297,6 +297,16 @@ def test_whether_a_server_saves_slots_is_asked_once_per_start(monkeypatch: pytes
         assert len(asked) == 2
 
 
+def test_a_server_started_again_is_asked_its_template_head_again() -> None:
+    with ScriptedServer(model="m", n_ctx=50_000) as server:
+        placement.server_slots(server.base_url, api_key=None)
+        assert server_api.template_head(server.base_url) is not None
+        known = placement._slots[server.base_url]
+        placement._slots[server.base_url] = placement._Known(0.0, known.slots, known.saves, "another start")
+        placement.server_slots(server.base_url, api_key=None)
+        assert server_api.server_root(server.base_url) not in server_api._heads
+
+
 def test_a_requests_bytes_sent_are_every_byte_of_its_body(user: Any, workspace: Workspace) -> None:
     """The sampling settings and ``id_slot`` go after the conversation, and the record counts them (it left them
     out: 30 to 47 bytes short)."""
