@@ -182,9 +182,16 @@ def place(session: ChatSession, *, previous: Placed | None, avoid: frozenset[str
         if head is None:
             return Placed(url, taken.slot, moved or taken.moved)
         handover = head
-    computed = _hand_over(url, taken.slot, handover, api_key=api_key)
-    if computed is not None and handover == server_api.HANDOVER_PROMPT:
-        with _lock:
+    try:
+        computed = server_api.slot_handover(
+            url, taken.slot, prompt=handover, api_key=api_key, timeout=SLOT_FILE_TIMEOUT
+        )
+    except server_api.ServerAPIError:
+        return Placed(url, taken.slot, moved or taken.moved)  # out of reach: the request says so
+    with _lock:
+        if computed is None:  # no /completion here: its slots cannot be handed over
+            _not_handing_over(url)
+        elif handover == server_api.HANDOVER_PROMPT:
             _handed_over.add((url, taken.slot))
     return Placed(url, taken.slot, moved or taken.moved, handover_tokens=computed or 0)
 
@@ -197,11 +204,10 @@ def _template_head(url: str, *, api_key: str | None) -> tuple[int, ...] | None:
     return head if head is not None and len(head) >= MIN_HEAD_TOKENS else None
 
 
-def _hand_over(url: str, slot: int, prompt: str | tuple[int, ...], *, api_key: str | None) -> int | None:
-    try:
-        return server_api.slot_handover(url, slot, prompt=prompt, api_key=api_key, timeout=SLOT_FILE_TIMEOUT)
-    except server_api.ServerAPIError:
-        return None  # out of reach: the request says so
+def _not_handing_over(url: str) -> None:
+    known = _slots.get(url)
+    if known is not None:
+        _slots[url] = replace(known, hands_over=False)
 
 
 def _is_crowded(url: str) -> bool:
@@ -263,9 +269,8 @@ def release_slot(*, url: str, slot: int, cached_tokens: int | None) -> None:
     with _lock:
         handed_over = (url, slot) in _handed_over
         _handed_over.discard((url, slot))
-        known = _slots.get(url)
-        if handed_over and cached_tokens == 0 and known is not None:
-            _slots[url] = replace(known, hands_over=False)
+        if handed_over and cached_tokens == 0:
+            _not_handing_over(url)
     slot_release(url=url, slot=slot)
 
 

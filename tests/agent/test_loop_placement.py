@@ -180,14 +180,22 @@ def test_a_replica_out_of_reach_moves_the_session_to_another_and_the_chart_marks
     assert f"sent to: {other.base_url}" in bar and "moved: replica" in bar
 
 
-def test_requests_to_a_server_of_one_slot_name_it(user: Any, workspace: Workspace, tmp_path: Path) -> None:
+def test_requests_to_a_server_of_one_slot_name_it_until_it_cannot_be_handed_over(
+    user: Any, workspace: Workspace, tmp_path: Path
+) -> None:
+    """A server of one slot is placed on while its slot can be handed over to another session; one that offers no
+    ``/completion`` (the scripted server) is left to place requests itself from the first handover it refused."""
     with ScriptedServer(model="m", n_ctx=50_000) as server:
         endpoint = ModelEndpoint.objects.create(name="one", base_url=server.base_url, model="m")
-        session = _session(user, workspace, endpoint)
-        run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("hello"))
+        first, second = (_session(user, workspace, endpoint) for _ in range(2))
+        run(ReplyLoop(ChatSession.objects.get(pk=first.pk), client_timeouts=FAST).send("hello"))
         assert server.requests[0].endswith(b',"id_slot":0}')
         assert placement.server_slots(server.base_url, api_key=None) == placement.ServerSlots(1, False, True)
-    assert ModelRequest.objects.get(session=session).slot == 0
+        for session in (second, first):
+            run(ReplyLoop(ChatSession.objects.get(pk=session.pk), client_timeouts=FAST).send("and then"))
+        assert not placement.server_slots(server.base_url, api_key=None).hands_over
+    slots = [request.slot for request in ModelRequest.objects.order_by("id")]
+    assert slots == [0, 0, None], "the second session took the slot over; the handover refused, no slot is named"
 
 
 def test_a_session_whose_slot_was_taken_over_has_its_prefix_put_back(
