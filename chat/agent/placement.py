@@ -26,8 +26,8 @@ late where the next request is quicker than the server's release of the slot (an
 slot: there, handing over with foreign tokens made two sessions take each other's prefix at every turn, 1.67x
 the floor). The new session computes the system prompt and tools itself, as it would on a server of its own. A
 server whose handed-over slot served a request nothing from its cache (its prompt cache is
-off, or it takes a named slot as it stands) is left to place requests itself once sessions outnumber its slots,
-for the rest of its run.
+off, or it takes a named slot as it stands; three such before any served something) is left to place requests
+itself once sessions outnumber its slots, for the rest of its run.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ SLOTS_TIMEOUT = 3.0
 DOWN_SECONDS = 30.0
 CROWDED_SECONDS = 600.0  # how long a server that does not save slots is left to place requests itself
 MIN_SAVED_TOKENS = 1024
+HANDOVER_MISSES = 3  # handed-over slots that served nothing cached before any did: the server does not
 MIN_HEAD_TOKENS = 2  # a request may share one token less with the template's head: still at least half of it
 SLOT_FILE_TIMEOUT = 60.0  # a large model's slot is hundreds of megabytes
 
@@ -54,13 +55,19 @@ _lock = threading.Lock()
 @dataclass(frozen=True)
 class _Known:
     """What a server said: when, its slots (0: it says none), whether it saves them, and how it was started; and
-    whether a slot handed over there is served from its prompt cache (until a handover shows otherwise)."""
+    how its slots handed over fared: whether a request found anything cached after one, and how many found
+    nothing while none had."""
 
     asked_at: float
     slots: int
     saves: bool
     started_as: str
-    hands_over: bool = True
+    handover_served: bool = False
+    handover_misses: int = 0
+
+    @property
+    def hands_over(self) -> bool:
+        return self.handover_served or self.handover_misses < HANDOVER_MISSES
 
 
 _slots: dict[str, _Known] = {}
@@ -107,7 +114,7 @@ def server_slots(url: str, *, api_key: str | None) -> ServerSlots:
         same_start = known is not None and known.slots == slots and known.started_as == started_as
         if not same_start:
             server_api.forget_head(url)
-        hands_over = known.hands_over if known is not None and same_start else True
+        handovers = (known.handover_served, known.handover_misses) if known is not None and same_start else (False, 0)
         if slots < 1:
             saves = False
         elif known is not None and same_start:
@@ -117,8 +124,8 @@ def server_slots(url: str, *, api_key: str | None) -> ServerSlots:
     except server_api.ServerAPIError:
         return ServerSlots(0, False, False)  # out of reach: the request says so
     with _lock:
-        _slots[url] = _Known(monotonic(), slots, saves, started_as, hands_over)
-    return ServerSlots(slots, saves, hands_over)
+        _slots[url] = known = _Known(monotonic(), slots, saves, started_as, *handovers)
+    return ServerSlots(slots, saves, known.hands_over)
 
 
 def forget_saving(url: str) -> None:
@@ -207,7 +214,7 @@ def _template_head(url: str, *, api_key: str | None) -> tuple[int, ...] | None:
 def _not_handing_over(url: str) -> None:
     known = _slots.get(url)
     if known is not None:
-        _slots[url] = replace(known, hands_over=False)
+        _slots[url] = replace(known, handover_misses=HANDOVER_MISSES)
 
 
 def _is_crowded(url: str) -> bool:
@@ -264,13 +271,19 @@ def release(request: ModelRequest, *, cached_tokens: int | None) -> None:
 
 
 def release_slot(*, url: str, slot: int, cached_tokens: int | None) -> None:
-    """The request placed in ``slot`` of the server at ``url`` is over; where that slot was handed over for it and
-    the server found none of its prompt cached, this server does not serve a handed-over slot from its cache."""
+    """The request placed in ``slot`` of the server at ``url`` is over; where that slot was handed over for it,
+    what the server found cached tells whether it serves a handed-over slot from its cache: one that found some
+    settles it, :data:`HANDOVER_MISSES` that found none before any did settle it the other way (a prefix pushed
+    out of a full cache finds none too)."""
     with _lock:
         handed_over = (url, slot) in _handed_over
         _handed_over.discard((url, slot))
-        if handed_over and cached_tokens == 0:
-            _not_handing_over(url)
+        known = _slots.get(url)
+        if handed_over and cached_tokens is not None and known is not None and not known.handover_served:
+            if cached_tokens > 0:
+                _slots[url] = replace(known, handover_served=True)
+            else:
+                _slots[url] = replace(known, handover_misses=known.handover_misses + 1)
     slot_release(url=url, slot=slot)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from time import monotonic
 from typing import Any
 
 import pytest
@@ -132,11 +133,11 @@ def test_two_sessions_taking_turns_on_one_slot_on_default_flags_each_find_their_
             )
 
 
-def test_a_server_whose_handed_over_slot_serves_nothing_cached_is_left_to_its_own_placement(
+def test_a_server_whose_handed_over_slots_serve_nothing_cached_is_left_to_its_own_placement(
     user: Any, workspace: Workspace, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """Its prompt cache is off (or, in llama.cpp before the idle-slot cache, a named slot is taken as it stands):
-    once sessions outnumber its slots, the server places them itself for the rest of its run."""
+    """Its prompt cache is off (or it takes a named slot as it stands): after three handovers that found nothing
+    cached, once sessions outnumber its slots, the server places them itself for the rest of its run."""
     model = write_model(tmp_path_factory.mktemp("model") / "tiny.gguf", SHAPE)
     with LlamaServer(
         model, ctx_size=2 * SLOT_CONTEXT, n_predict=1, alias="tiny", cache_ram_mib=0, parallel=2
@@ -145,16 +146,23 @@ def test_a_server_whose_handed_over_slot_serves_nothing_cached_is_left_to_its_ow
             name="two", base_url=server.base_url, model="tiny", context_window=SLOT_CONTEXT
         )
         sessions = [_session(user, workspace, endpoint) for _ in range(3)]
-        _turns(sessions, 2)
+        _turns(sessions, 3)
         assert not placement.server_slots(server.base_url, api_key=None).hands_over
-    slots = [
-        list(ModelRequest.objects.filter(session=s).order_by("id").values_list("slot", flat=True)) for s in sessions
-    ]
-    assert {slots[0][0], slots[1][0]} == {0, 1}, "while each session has a slot, each keeps its own"
-    assert slots[2][0] is not None, "the third takes the least recently used slot"
-    handed_over = ModelRequest.objects.filter(session=sessions[0]).order_by("id")[1]
-    assert handed_over.slot is not None and handed_over.cached_tokens == 0, "the first return: nothing cached"
-    assert slots[1][1:] == slots[2][1:] == [None], "then the server chooses"
+    requests = [list(ModelRequest.objects.filter(session=s).order_by("id")) for s in sessions]
+    assert {requests[0][0].slot, requests[1][0].slot} == {0, 1}, "while each session has a slot, each keeps its own"
+    assert requests[2][0].slot is not None, "the third takes the least recently used slot"
+    returns = [session_requests[1] for session_requests in requests]
+    assert all(r.slot is not None and r.cached_tokens == 0 for r in returns), "each return: a handover, none cached"
+    assert [session_requests[2].slot for session_requests in requests] == [None] * 3, "then the server chooses"
+
+
+def test_a_handover_that_served_something_settles_it_for_the_server_s_run() -> None:
+    url = "http://127.0.0.1:9/v1"
+    placement._slots[url] = placement._Known(monotonic(), 2, False, "started")
+    placement._handed_over.update({(url, 0), (url, 1)})
+    placement.release_slot(url=url, slot=0, cached_tokens=1200)
+    placement.release_slot(url=url, slot=1, cached_tokens=0)  # its prefix pushed out of a full cache, say
+    assert placement._slots[url].hands_over and placement._slots[url].handover_misses == 0
 
 
 def test_a_replica_out_of_reach_moves_the_session_to_another_and_the_chart_marks_it(
