@@ -940,7 +940,7 @@ def run_team(
             flush=True,
         )
         print(
-            f"{'  processed, wall s':<22}{'':>11}" + "".join(f"{processed[p]:>9,} {wall[p]:>5.0f}s" for p in policies),
+            f"{'  processed, wall s':<22}{'':>11}" + "".join(f"{processed[p]:>10,} {wall[p]:>4.0f}s" for p in policies),
             flush=True,
         )
         own = {policy: sum(sums[: scenario.sessions]) for policy, sums in own_alone.items()}
