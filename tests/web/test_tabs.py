@@ -100,6 +100,15 @@ def test_what_is_read_from_the_store_is_read_once_for_every_tab_of_the_process(
     assert len(queries) == 0
 
 
+def test_a_jobs_queued_state_that_comes_after_it_ran_is_not_shown(chat_session: ChatSession) -> None:
+    """The worker ran a short reply before the web process that queued it said so: the page stays idle."""
+    session = chat_session.pk
+    assert _shown(wire.job_message(session, state="running", label="Replying…", job=41))
+    assert _shown(wire.job_message(session, state="idle", job=41))
+    assert _shown(wire.job_message(session, state="queued", label="Queued: waiting for a worker…", job=41)) == []
+    assert _shown(wire.job_message(session, state="queued", label="Queued: waiting for a worker…", job=42))
+
+
 def test_an_event_of_something_gone_shows_nothing(chat_session: ChatSession) -> None:
     assert _shown(wire.turn_ended_message(chat_session.pk, turn=10**9, revision=1)) == []
 
