@@ -8,6 +8,7 @@ the session's reply lock's to say (the loop holds it); whether one waits or runs
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +30,28 @@ def _queued(session_id: int, *statuses: str) -> Any:
     return ProcrastinateJob.objects.filter(lock=session_key(session_id), status__in=statuses)
 
 
+_job_states: OrderedDict[int, str] = OrderedDict()  # the last jobs this process heard of from their worker
+KEPT_JOBS = 4096
+
+
+def job_heard(job_id: int, state: str) -> None:
+    """The worker said job ``job_id`` is ``running`` or ``idle`` (this process relays it to its tabs)."""
+    _job_states[job_id] = state
+    _job_states.move_to_end(job_id)
+    while len(_job_states) > KEPT_JOBS:
+        _job_states.popitem(last=False)
+
+
+def job_begun(job_id: int) -> bool:
+    """Whether this process heard job ``job_id``'s worker say it runs or has ended."""
+    return job_id in _job_states
+
+
 def busy(session_id: int) -> bool:
-    """Whether a job of the session waits in the queue or runs (the reply lock says only the latter)."""
-    return bool(_queued(session_id, "todo", "doing").exists())
+    """Whether a job of the session waits in the queue or runs (the reply lock says only the latter). A job whose
+    end this process has relayed is not, though the queue marks it done only after its end was published."""
+    jobs = _queued(session_id, "todo", "doing").values_list("id", "status")
+    return any(status == "todo" or _job_states.get(job_id) != "idle" for job_id, status in jobs)
 
 
 @dataclass(frozen=True)

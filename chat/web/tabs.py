@@ -16,7 +16,7 @@ from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
 
-from chat.web import chart, fragments
+from chat.web import chart, fragments, queueing
 from chat.web.display import CompactionView, row_for_result, single_turn, started_turn, step_view, transcript_page
 from chat.web.messages import Op, live_messages, pack
 from chat.web.socket_store import store_call
@@ -29,7 +29,6 @@ logger = logging.getLogger(__name__)
 
 COMPACTING = "Compacting…"
 KEPT_RENDERINGS = 64
-KEPT_JOBS = 4096
 
 Event = Mapping[str, Any]
 
@@ -74,21 +73,15 @@ def _request_started(event: Event) -> list[str]:
     return pack([fragments.controls_put(running=True, label=COMPACTING)])
 
 
-_jobs_begun: OrderedDict[int, None] = OrderedDict()  # the last jobs this process saw running or idle
-
-
 def _job(event: Event) -> list[str]:
     # "queued" comes from the web process that queued the job, "running" and "idle" from the worker: where the
     # worker ran a short reply before the queueing process's message went out, "queued" came last and the page
     # stayed queued after the reply had ended.
     job = event["job"]
-    if event["state"] == "queued" and job in _jobs_begun:
+    if event["state"] == "queued" and queueing.job_begun(job):
         return []
     if event["state"] != "queued" and job:
-        _jobs_begun[job] = None
-        _jobs_begun.move_to_end(job)
-        while len(_jobs_begun) > KEPT_JOBS:
-            _jobs_begun.popitem(last=False)
+        queueing.job_heard(job, event["state"])
     return pack([fragments.controls_put(running=event["state"] != "idle", label=event["label"])])
 
 

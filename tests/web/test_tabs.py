@@ -12,11 +12,13 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from procrastinate.contrib.django.models import ProcrastinateJob
 
 from chat import wire
+from chat.actions import Send
 from chat.agent.events import RequestFinished, ResultStored, StepStored, TextDelta
 from chat.agent.loop import ReplyLoop
-from chat.web import chart, fragments, tabs
+from chat.web import chart, fragments, queueing, tabs
 from chat.web.display import row_for_result, single_turn, started_turn
 from chat.web.sync import PageState, catch_up
 from sessions_app.models import ChatSession, Turn
@@ -107,6 +109,20 @@ def test_a_jobs_queued_state_that_comes_after_it_ran_is_not_shown(chat_session: 
     assert _shown(wire.job_message(session, state="idle", job=41))
     assert _shown(wire.job_message(session, state="queued", label="Queued: waiting for a worker…", job=41)) == []
     assert _shown(wire.job_message(session, state="queued", label="Queued: waiting for a worker…", job=42))
+
+
+def test_a_tab_that_says_hello_after_its_process_relayed_a_jobs_end_is_shown_idle(chat_session: ChatSession) -> None:
+    """The queue marks a job done only after the job published its end: a hello in between found it "doing" and
+    put the page back to queued, where it stayed (the browser test of New chat, once under load)."""
+    job = queueing.defer(chat_session.pk, Send(words="hi"))
+    assert job is not None
+    ProcrastinateJob.objects.filter(pk=job).update(status="doing")
+    state = PageState(revision=chat_session.revision, first_turn=1, last_bar=0)
+    assert catch_up(chat_session.pk, state).running, "doing, and no end heard of: it starts"
+    _shown(wire.job_message(chat_session.pk, state="running", label="Replying…", job=job))
+    assert catch_up(chat_session.pk, state).running
+    _shown(wire.job_message(chat_session.pk, state="idle", job=job))
+    assert not catch_up(chat_session.pk, state).running, "its end relayed: idle, though the queue says doing"
 
 
 def test_an_event_of_something_gone_shows_nothing(chat_session: ChatSession) -> None:

@@ -123,7 +123,8 @@ async def test_forty_replies_at_once_wait_their_turn_and_all_finish(
     assert max(sampled.backends) <= before + LIMIT + pool + 2, "replies hold at most the limit's connections"
     everything = [json.loads(raw) for _, got in tabs for raw in got.raw]
     assert not any("notice error" in json.dumps(message) for message in everything)
-    assert all(queueing.QUEUED in got.html() for _, got in tabs), "every tab showed its reply queued until it ran"
+    queued = sum(queueing.QUEUED in got.html() for _, got in tabs)
+    assert queued >= SESSIONS - LIMIT, "every reply past the worker's concurrency was shown queued until it ran"
     for communicator, _ in tabs:
         await communicator.disconnect()
 
