@@ -104,11 +104,11 @@ def test_what_is_read_from_the_store_is_read_once_for_every_tab_of_the_process(
 
 def test_a_jobs_queued_state_that_comes_after_it_ran_is_not_shown(chat_session: ChatSession) -> None:
     """The worker ran a short reply before the web process that queued it said so: the page stays idle."""
-    session = chat_session.pk
-    assert _shown(wire.job_message(session, state="running", label="Replying…", job=41))
-    assert _shown(wire.job_message(session, state="idle", job=41))
-    assert _shown(wire.job_message(session, state="queued", label="Queued: waiting for a worker…", job=41)) == []
-    assert _shown(wire.job_message(session, state="queued", label="Queued: waiting for a worker…", job=42))
+    session, ran, waits = chat_session.pk, 10**9 + 1, 10**9 + 2  # ids no job of the queue has had
+    assert _shown(wire.job_message(session, state="running", label="Replying…", job=ran))
+    assert _shown(wire.job_message(session, state="idle", job=ran))
+    assert _shown(wire.job_message(session, state="queued", label="Queued: waiting for a worker…", job=ran)) == []
+    assert _shown(wire.job_message(session, state="queued", label="Queued: waiting for a worker…", job=waits))
 
 
 def test_a_tab_that_says_hello_after_its_process_relayed_a_jobs_end_is_shown_idle(chat_session: ChatSession) -> None:
