@@ -144,7 +144,8 @@ class WorkspaceAdmin(KeepsSessionsAdmin):
             self.message_user(request, EVERYONE_RUNS.format(name=workspace.name), messages.WARNING)
 
 
-API_KEY_FIELDS = ("api_key", "remove_api_key")
+API_KEY_FIELD = "api_key"
+API_KEY_FIELDS = (API_KEY_FIELD, "remove_api_key")
 
 
 class ModelEndpointForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -188,6 +189,11 @@ class ModelEndpointAdmin(KeepsSessionsAdmin):
         shown = (["api_key_state"] if obj is not None else []) + (list(API_KEY_FIELDS) if editable else [])
         at = fields.index("model") if "model" in fields else len(fields)
         return [*fields[:at], *shown, *fields[at:]]
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        """No filter on the key in the list's URL (``?api_key__startswith=sk-a`` would tell it a letter at a
+        time), as Django's own ``UserAdmin`` refuses filters on passwords."""
+        return not lookup.startswith(API_KEY_FIELD) and super().lookup_allowed(lookup, value, request)
 
     @admin.display(description="API key")
     def api_key_state(self, obj: ModelEndpoint) -> str:

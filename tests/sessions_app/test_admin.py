@@ -416,3 +416,24 @@ def test_an_endpoints_api_key_is_in_no_admin_page_for_any_staff(django_user_mode
     assert 'type="password"' in editable and "Remove the API key" in editable
     assert re.search(r"<label>API key:</label>\s*<div class=\"readonly\">set</div>", editable)
     assert ModelEndpoint.objects.get(pk=endpoint.pk).api_key == "sk-secret-123"
+
+
+def test_the_endpoint_list_takes_no_filter_on_the_key(django_user_model: Any, staff: Client) -> None:
+    """The audit read a key a letter at a time as view-only staff: ``?api_key__startswith=`` listed the endpoint
+    or not. Every lookup on the key is refused alike (400), right or wrong."""
+    ModelEndpoint.objects.create(name="keyed", base_url="http://127.0.0.1:9/v1", api_key="sk-live-Q7x9Zk2")
+    viewer = _staff_who_may(django_user_model, "viewer", "view_modelendpoint")
+    listing = reverse("admin:sessions_app_modelendpoint_changelist")
+    for client in (viewer, staff):
+        answers = {
+            query: client.get(f"{listing}?{query}")
+            for query in (
+                "api_key__startswith=sk-l",
+                "api_key__startswith=zz",
+                "api_key=sk-live-Q7x9Zk2",
+                "api_key__gt=sk",
+                "api_key__regex=^sk",
+            )
+        }
+        assert {query: answer.status_code for query, answer in answers.items()} == dict.fromkeys(answers, 400)
+        assert client.get(f"{listing}?name__startswith=ke").status_code == 200
