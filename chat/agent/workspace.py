@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,9 +15,9 @@ from django.db import connection
 
 from chat.tools import Sandbox, ToolContext, ToolError, listed_names
 from chat.tools.context import never_cancelled
-from chat.tools.paths import Resolved, Root, is_inside
+from chat.tools.paths import Resolved, Root, is_inside, open_workspace
 from chat.tools.quota import commit_within_quota
-from chat.tools.sandbox import closed_on_the_way, command_identity, give_to_commands, open_to_commands
+from chat.tools.sandbox import Identity, closed_on_the_way, command_identity, give_to_commands, open_to_commands
 from chat.tools.writes import PendingWrite
 from sessions_app import prompts
 from sessions_app.hygiene import PriorResult, format_id, last_seen_sha
@@ -77,38 +78,50 @@ def commands_folder_line(workspace: Workspace) -> str | None:
     """Where Cachet runs as root, at start: a workspace folder Cachet keeps (under its data folder) is given to
     the user commands run as, and said so once; any other folder of a workspace that allows commands that user
     may not write is opened to it with ACLs (ownership unchanged), and said so; a warning where that user cannot
-    reach it or the file system keeps no ACLs. ``None`` where there is nothing to say."""
+    reach it or the file system keeps no ACLs. The folder is opened as an action opens it: under the allowed
+    roots, and never through a symbolic link (refused, and said so). ``None`` where there is nothing to say."""
     sandbox, config = sandbox_settings(), prompts.rules_config()
-    folder = str(Path(workspace.folder).resolve())
+    folder = os.path.normpath(os.path.abspath(workspace.folder))
     try:
         identity = command_identity(sandbox, config)
-        if not identity.dropped or not os.path.isdir(folder):
+        if not identity.dropped:
             return None
-        kept = is_inside(folder, str((settings.CACHET_DATA / "workspaces").resolve()))
-        if kept and os.stat(folder).st_uid != identity.uid:
-            give_to_commands(folder, sandbox, config)
-            return f"Workspace {workspace.name}: gave {folder} to {identity.user}, the user its commands run as."
-        if kept or not workspace.allow_commands:
+        try:
+            fd = open_workspace(folder, roots=workspace_roots_for(workspace=workspace), config=config)
+        except FileNotFoundError:
             return None
-        closed = closed_on_the_way(os.path.dirname(folder), identity)
-        if closed is None:
-            fd = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            try:
-                granted = open_to_commands(fd, folder, identity, sandbox, config)
-            finally:
-                os.close(fd)
-            if granted:
-                return (
-                    f"Workspace {workspace.name}: commands run as {identity.user}; gave it access to {folder} with "
-                    "ACLs (ownership unchanged)."
-                )
-            closed = closed_on_the_way(folder, identity)
-        if closed is not None:
-            return f"Workspace {workspace.name}: commands run as {identity.user}, who may not enter {closed}."
+        try:
+            return _opened_to_commands(workspace, fd, folder, identity, sandbox, config)
+        finally:
+            os.close(fd)
     except ToolError as error:
         return f"Workspace {workspace.name}: {error.message}"
     except OSError as error:
         return f"Workspace {workspace.name}: {folder}: {error.strerror}"
+
+
+def _opened_to_commands(
+    workspace: Workspace, fd: int, folder: str, identity: Identity, sandbox: Sandbox, config: ContextConfig
+) -> str | None:
+    info = os.fstat(fd)
+    if not stat.S_ISDIR(info.st_mode):
+        return None
+    kept = is_inside(folder, str((settings.CACHET_DATA / "workspaces").resolve()))
+    if kept and info.st_uid != identity.uid:
+        give_to_commands(folder, sandbox, config)
+        return f"Workspace {workspace.name}: gave {folder} to {identity.user}, the user its commands run as."
+    if kept or not workspace.allow_commands:
+        return None
+    closed = closed_on_the_way(os.path.dirname(folder), identity)
+    if closed is None:
+        if open_to_commands(fd, folder, identity, sandbox, config):
+            return (
+                f"Workspace {workspace.name}: commands run as {identity.user}; gave it access to {folder} with "
+                "ACLs (ownership unchanged)."
+            )
+        closed = closed_on_the_way(folder, identity)
+    if closed is not None:
+        return f"Workspace {workspace.name}: commands run as {identity.user}, who may not enter {closed}."
     return None
 
 

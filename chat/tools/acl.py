@@ -170,6 +170,8 @@ def grant(fd: int, uid: int, *, skip: Collection[tuple[int, int]] = ()) -> int:
     top = os.open(".", _FOLDER, dir_fd=fd)
     try:
         info = os.fstat(top)
+        if (info.st_dev, info.st_ino) in skip:
+            return 0
         changed = _grant_below(top, info.st_dev, uid, set(skip))
         return changed + _grant_one(top, info, uid)
     finally:

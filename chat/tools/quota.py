@@ -2,9 +2,10 @@
 
 Checked before every write of Cachet's own file tools, attachments and restores (with the growth the write
 brings; a write that frees space always goes). A command gets the space left as the most any file it writes may
-hold (``run``), and while it runs ``run`` measures again every ``WATCH_EVERY`` seconds (or ten times as long as a
-measurement takes, whichever is longer) and stops it once the workspace passes its quota (or what it held at the
-start, where that was more). A measure is kept ``KEEP_SECONDS`` for the file tools, with their own writes added.
+hold (``run``), and while it runs ``run`` measures again every second (or ten times as long as a measurement
+takes, whichever is longer) and stops it once the workspace passes its quota (or what it held at the start, where
+that was more), and once more when it ends. A measure is kept ``KEEP_SECONDS`` for the file tools, with their own
+writes added.
 """
 
 from __future__ import annotations
@@ -13,17 +14,15 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from .context import ToolContext
 from .errors import ToolError, shown
 from .paths import Root
-from .survey import GIT, survey
+from .survey import GIT, HEAD, holds_head, is_head, survey
 from .writes import PendingWrite, commit
 
 KEEP_SECONDS = 10.0
-WATCH_EVERY = 1.0
-WATCH_FACTOR = 10.0
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 _lock = threading.Lock()
 _kept: dict[str, tuple[int, float]] = {}
@@ -99,29 +98,37 @@ def commit_within_quota(writes: Sequence[PendingWrite], ctx: ToolContext, root: 
 
 def refuse_git_paths(writes: Sequence[PendingWrite], ctx: ToolContext, root: Root) -> None:
     """``ToolError`` where a write's path (as resolved, links followed) has a ``.git`` component below the
-    workspace: the model never changes what git on the host reads as configuration or runs."""
+    workspace, lies in another folder git takes for a git folder (one holding a ``HEAD`` git accepts), or would
+    make its folder one (a ``HEAD`` git accepts): the model never changes what git on the host reads as
+    configuration or runs."""
     for write in writes:
         below = os.path.relpath(write.path, root.path).split(os.sep)
         if any(part.lower() == GIT for part in below):
             raise ToolError(ctx.config.error("git_path", path=shown(write.path)))
+        folder = _git_folder_on_the_way(root, below[:-1])
+        if folder is not None:
+            raise ToolError(ctx.config.error("git_folder_path", path=shown(write.path), folder=shown(folder)))
+        if below[-1] == HEAD and write.data is not None and is_head(write.data):
+            raise ToolError(ctx.config.error("git_head", path=shown(write.path)))
 
 
-@dataclass
-class Watch:
-    """Measures a workspace while a command runs: ``due`` says when, ``over`` whether it passed ``limit`` (its
-    quota, or what it held at the start where that was more: a command that only frees space goes on)."""
-
-    root: Root
-    limit: int
-    next_at: float = 0.0
-    used: int = 0
-
-    def due(self, now: float) -> float:
-        return self.next_at - now
-
-    def over(self) -> bool:
-        started = time.monotonic()
-        self.used = measured(self.root, fresh=True)
-        took = time.monotonic() - started
-        self.next_at = time.monotonic() + max(WATCH_EVERY, WATCH_FACTOR * took)
-        return self.used > self.limit
+def _git_folder_on_the_way(root: Root, folders: Sequence[str]) -> str | None:
+    """The first of the workspace and ``folders`` (its folders on the way down to a file) that holds a ``HEAD``
+    git accepts, opened one by one without following a link; ``None`` where none does."""
+    fd = os.dup(root.fd)
+    walked = root.path
+    try:
+        for name in ("", *folders):
+            if name:
+                try:
+                    child = os.open(name, _FOLDER_FLAGS, dir_fd=fd)
+                except OSError:
+                    return None
+                os.close(fd)
+                fd = child
+                walked = os.path.join(walked, name)
+            if holds_head(fd):
+                return walked
+    finally:
+        os.close(fd)
+    return None

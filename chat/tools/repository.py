@@ -34,8 +34,31 @@ CONFIG_MAX_BYTES = 1 << 20
 MAX_GUARDS = 4000
 CODE_ENTRIES = ("config", "config.worktree", "commondir", "gitdir", "hooks", "info")
 _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _SECTION = re.compile(r'^\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$')
 _ENTRY = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*=\s*(.*?)\s*$")
+# Keys whose value is a program git runs (by the key's last name, or every key of the section): its first word.
+_PROGRAM_NAMES = {
+    "askpass",
+    "clean",
+    "cmd",
+    "command",
+    "driver",
+    "editor",
+    "external",
+    "fsmonitor",
+    "helper",
+    "packobjectshook",
+    "pager",
+    "process",
+    "program",
+    "receivepack",
+    "smudge",
+    "sshcommand",
+    "textconv",
+    "uploadpack",
+}
+_PROGRAM_SECTIONS = {"alias", "pager"}
 _PATH_KEYS = {("core", "hookspath"), ("core", "attributesfile"), ("include", "path"), ("includeif", "path")}
 
 
@@ -45,6 +68,22 @@ class LinkedEntry(Exception):
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self.path = path
+
+
+class MissingNamed(Exception):
+    """A repository's configuration (``config``, relative to the workspace) names ``path`` inside the workspace,
+    which does not exist: a command could create it, and git on the host would read or run it."""
+
+    def __init__(self, path: str, config: str, key: str) -> None:
+        super().__init__(path)
+        self.path = path
+        self.config = config
+        self.key = key
+
+
+class WorkspaceIsGitFolder(Exception):
+    """The workspace folder itself is a git folder (it holds a ``HEAD`` git accepts): a command could change its
+    configuration, and the folder cannot be made read-only without the whole workspace."""
 
 
 class TooManyRepositories(Exception):
@@ -75,12 +114,19 @@ class Guards:
 
 
 @contextlib.contextmanager
-def repository_guards(root_fd: int, root: str, git_entries: Sequence[str]) -> Iterator[Guards]:
+def repository_guards(
+    root_fd: int, root: str, git_entries: Sequence[str], git_folders: Sequence[str] = ()
+) -> Iterator[Guards]:
     """The guards of the repositories whose ``.git`` entries (relative to the workspace open as ``root_fd`` at
-    ``root``) are ``git_entries``; :class:`LinkedEntry` where something git reads as code is a link."""
+    ``root``) are ``git_entries``, and of the other git folders ``git_folders`` (bare repositories);
+    :class:`LinkedEntry` where something git reads as code is a link."""
     planned = _Plan(root_fd, root)
     for entry in git_entries:
         planned.repository(entry)
+    for folder in git_folders:
+        if not folder:
+            raise WorkspaceIsGitFolder(root)
+        planned.git_folder(folder)
     guards = Guards()
     try:
         planned.open_all(guards)
@@ -109,6 +155,10 @@ class _Plan:
                 self._git_folder(self._inside(os.path.join(worktree, pointed)), worktree, depth=0)
             return
         self._git_folder(entry, worktree, depth=0)
+
+    def git_folder(self, folder: str) -> None:
+        """Guard a git folder that is not named ``.git`` (a bare repository's), its worktree its parent."""
+        self._git_folder(folder, os.path.dirname(folder), depth=0)
 
     def _git_folder(self, folder: str | None, worktree: str, *, depth: int) -> None:
         """Guard a git folder (relative; ``None`` where it lies outside the workspace) and what it points to."""
@@ -149,9 +199,15 @@ class _Plan:
             return
         self.read_only.add(path)
         for key, value in _entries(self._read(path)):
-            for named in _named(key, value, config_folder=os.path.dirname(path), worktree=worktree):
+            for named, required in _named(key, value, config_folder=os.path.dirname(path), worktree=worktree):
                 inside = self._inside(named)
-                if inside is None or self._kind(inside) is None:
+                if inside is None:
+                    continue
+                if self._kind(inside) is None:
+                    if required:
+                        raise MissingNamed(
+                            os.path.join(self.root, inside), os.path.join(self.root, path), ".".join(key)
+                        )
                     continue
                 self.read_only.add(inside)
                 if key[0] in ("include", "includeif") and depth < INCLUDE_DEPTH:
@@ -249,6 +305,33 @@ class _Plan:
                 guards.items.append(Guard(fd, os.path.join(self.root, path), is_read_only))
 
 
+def disarm(root_fd: int, root: str, folder: str) -> str | None:
+    """Rename the ``HEAD`` of ``folder`` (relative to the workspace open as ``root_fd`` at ``root``; ``""`` for the
+    workspace itself) so that git no longer takes the folder for a git folder; the new name's path, or ``None``
+    where the folder or its ``HEAD`` is gone (or reached through a link)."""
+    try:
+        fd = os.open(".", _FOLDER_FLAGS, dir_fd=root_fd)
+    except OSError:
+        return None
+    try:
+        for name in (part for part in folder.split("/") if part):
+            child = os.open(name, _FOLDER_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        names = set(os.listdir(fd))
+        renamed = next(
+            f"HEAD.disarmed{suffix}"
+            for suffix in ("", *map(str, range(2, 10_000)))
+            if f"HEAD.disarmed{suffix}" not in names
+        )
+        os.rename("HEAD", renamed, src_dir_fd=fd, dst_dir_fd=fd)
+    except (OSError, StopIteration):
+        return None
+    finally:
+        os.close(fd)
+    return os.path.join(root, folder, renamed)
+
+
 def _below_any(path: str, others: set[str]) -> bool:
     return any(other and other != path and path.startswith(other + "/") for other in others)
 
@@ -272,15 +355,22 @@ def _entries(config: bytes) -> Iterator[tuple[tuple[str, str], str]]:
             yield (section, entry.group(1).lower()), _unquote(entry.group(2))
 
 
-def _named(key: tuple[str, str], value: str, *, config_folder: str, worktree: str) -> list[str]:
-    """The paths a config value names: the whole value for a key that is a path (an include relative to its
-    config file's folder, others to the worktree), else each word of a program line that is a path."""
+def _named(key: tuple[str, str], value: str, *, config_folder: str, worktree: str) -> list[tuple[str, bool]]:
+    """The paths a config value names, each with whether git needs it to exist to read or run it: the whole
+    value for a key that is a path (an include relative to its config file's folder, others to the worktree),
+    else each word of a program line that is a path, the program itself (its first word) needed."""
     if not value or value.startswith("~"):
         return []
     if key in _PATH_KEYS:
         base = config_folder if key[0] in ("include", "includeif") else worktree
-        return [os.path.join(base, value)]
-    return [os.path.join(worktree, word) for word in value.split() if "/" in word and not word.startswith("~")]
+        return [(os.path.join(base, value), True)]
+    runs = key[1] in _PROGRAM_NAMES or key[0] in _PROGRAM_SECTIONS
+    words = value.removeprefix("!").split()
+    return [
+        (os.path.join(worktree, word), runs and position == 0)
+        for position, word in enumerate(words)
+        if "/" in word and not word.startswith("~")
+    ]
 
 
 def _unquote(value: str) -> str:

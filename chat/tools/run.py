@@ -3,7 +3,12 @@ as it comes. Nothing of it is written outside the sandbox: the output is kept in
 ``output_max_bytes``; past that its first and last halves are kept, with a line saying what was cut between.
 
 The call ends when the command exits, its time is up, the person stops the reply (``cancelled``), or the
-workspace passes its disk quota while it runs; in the last three cases everything it started is killed."""
+workspace passes its disk quota while it runs; in the last three cases everything it started is killed.
+
+While it runs, and once more when it ends, the workspace is walked again (``_Watch``): for its quota, and for a
+folder the command made into a git folder outside every ``.git`` (a ``HEAD``, ``objects`` and ``refs``: git on the
+host would take it for a bare repository and run what its ``config`` names). Such a folder's ``HEAD`` is renamed at
+once, and the result says so."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import os
 import select
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sessions_app.hygiene.outcomes import Outcome, OutputOutcome
 
@@ -23,12 +28,15 @@ from .args import checked
 from .context import ToolContext
 from .errors import ToolError
 from .paths import Root
+from .repository import disarm
 from .sandbox import Sandboxed, Workspace, sandboxed
 from .survey import survey
 
 READ_SIZE = 1 << 16
 CANCEL_POLL = 0.1
 DRAIN_WITHIN = 5.0
+WATCH_EVERY = 1.0
+WATCH_FACTOR = 10.0
 
 
 class Ending(enum.Enum):
@@ -91,6 +99,7 @@ class Ran:
     output: KeptOutput
     seconds: float
     used: int = 0
+    disarmed: tuple[str, ...] = ()  # the HEADs of git folders the command made, renamed: their new paths
 
 
 def run(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
@@ -110,6 +119,9 @@ def run(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
         trailer = config.text("exit", code=ran.code)
     else:
         trailer = ""
+    for renamed in ran.disarmed:
+        line = config.text("git_disarmed", folder=os.path.dirname(renamed), renamed=os.path.basename(renamed))
+        trailer = f"{trailer}\n{line}" if trailer else line
     output = ran.output.text(ctx)
     if trailer and output and not output.endswith("\n"):
         output += "\n"
@@ -128,12 +140,55 @@ def execute(command: str, timeout: int, ctx: ToolContext) -> Ran:
         found = survey(root.fd)
         quota.keep(root.path, found.used)
         space_left = None if ctx.disk_quota is None else max(0, ctx.disk_quota - found.used)
-        workspace = Workspace(root.fd, root.path, tuple(found.git_entries), space_left)
+        workspace = Workspace(
+            root.fd, root.path, tuple(found.git_entries), space_left, git_folders=tuple(found.git_folders)
+        )
         limit = None if ctx.disk_quota is None else max(ctx.disk_quota, found.used)
-        return _execute(command, timeout, ctx, workspace, None if limit is None else quota.Watch(root, limit))
+        watch = _Watch(root, limit, set(found.git_folders))
+        try:
+            ending, code, kept, seconds = _execute(command, timeout, ctx, workspace, watch)
+        finally:
+            watch.walk()
+        return Ran(ending, code, kept, seconds, watch.used, tuple(watch.disarmed))
 
 
-def _execute(command: str, timeout: int, ctx: ToolContext, workspace: Workspace, watch: quota.Watch | None) -> Ran:
+@dataclass
+class _Watch:
+    """Walks the workspace while a command runs, and once when it ends: ``due`` says when; ``over`` whether it
+    passed ``limit`` (its quota, or what it held at the start where that was more: a command that only frees space
+    goes on). Each walk keeps its measure for the file tools, and renames the ``HEAD`` of every git folder that was
+    not one when the command started (``disarmed``)."""
+
+    root: Root
+    limit: int | None
+    git_folders: set[str]
+    next_at: float = 0.0
+    used: int = 0
+    disarmed: list[str] = field(default_factory=list)
+
+    def due(self, now: float) -> float:
+        return self.next_at - now
+
+    def over(self) -> bool:
+        started = time.monotonic()
+        self.walk()
+        took = time.monotonic() - started
+        self.next_at = time.monotonic() + max(WATCH_EVERY, WATCH_FACTOR * took)
+        return self.limit is not None and self.used > self.limit
+
+    def walk(self) -> None:
+        found = survey(self.root.fd)
+        self.used = quota.keep(self.root.path, found.used)
+        for folder in found.git_folders:
+            if folder not in self.git_folders:
+                renamed = disarm(self.root.fd, self.root.path, folder)
+                if renamed is not None:
+                    self.disarmed.append(renamed)
+
+
+def _execute(
+    command: str, timeout: int, ctx: ToolContext, workspace: Workspace, watch: _Watch
+) -> tuple[Ending, int | None, KeptOutput, float]:
     kept = KeptOutput(ctx.sandbox.output_max_bytes)
     read_end, write_end = os.pipe()
     started = time.monotonic()
@@ -141,8 +196,7 @@ def _execute(command: str, timeout: int, ctx: ToolContext, workspace: Workspace,
         with sandboxed(command, workspace, write_end, ctx) as running:
             os.close(write_end)
             write_end = -1
-            if watch is not None:
-                watch.next_at = started + quota.WATCH_EVERY
+            watch.next_at = started + WATCH_EVERY
             ending = _follow(running, read_end, kept, started + timeout, ctx, watch)
             if ending is not Ending.EXITED:
                 running.kill()
@@ -153,11 +207,11 @@ def _execute(command: str, timeout: int, ctx: ToolContext, workspace: Workspace,
         if write_end >= 0:
             os.close(write_end)
     code = (128 - returncode if returncode < 0 else returncode) if ending is Ending.EXITED else None
-    return Ran(ending, code, kept, time.monotonic() - started, watch.used if watch is not None else 0)
+    return ending, code, kept, time.monotonic() - started
 
 
 def _follow(
-    running: Sandboxed, read_end: int, kept: KeptOutput, deadline: float, ctx: ToolContext, watch: quota.Watch | None
+    running: Sandboxed, read_end: int, kept: KeptOutput, deadline: float, ctx: ToolContext, watch: _Watch
 ) -> Ending:
     """Read the output until the sandbox's first process exits (left unreaped, so its pid stays its own), or
     until the time is up, Stop, or the quota says otherwise."""
@@ -172,9 +226,9 @@ def _follow(
                 return Ending.STOPPED
             if now >= deadline:
                 return Ending.TIMED_OUT
-            if watch is not None and watch.due(now) <= 0 and watch.over():
+            if watch.due(now) <= 0 and watch.over():
                 return Ending.OVER_QUOTA
-            wait = min(deadline - now, CANCEL_POLL, watch.due(now) if watch is not None else CANCEL_POLL)
+            wait = min(deadline - now, CANCEL_POLL, watch.due(now))
             for fd, _ in waiting.poll(max(0, math.ceil(wait * 1000))):
                 if fd == read_end:
                     data = os.read(read_end, READ_SIZE)

@@ -73,7 +73,15 @@ from . import acl
 from .context import Sandbox, ToolContext
 from .errors import ToolError, one_line
 from .paths import is_inside
-from .repository import MAX_GUARDS, Guard, LinkedEntry, TooManyRepositories, repository_guards
+from .repository import (
+    MAX_GUARDS,
+    Guard,
+    LinkedEntry,
+    MissingNamed,
+    TooManyRepositories,
+    WorkspaceIsGitFolder,
+    repository_guards,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -463,13 +471,15 @@ class Sandboxed:
 
 @dataclass(frozen=True)
 class Workspace:
-    """The workspace as one call of ``run`` opened it: its descriptor and path, the ``.git`` entries found in it
-    (relative to it), and the most any one file a command writes may hold (the space its quota leaves)."""
+    """The workspace as one call of ``run`` opened it: its descriptor and path, the ``.git`` entries and the other
+    git folders found in it (relative to it), and the most any one file a command writes may hold (the space its
+    quota leaves)."""
 
     fd: int
     path: str
     git_entries: tuple[str, ...] = ()
     file_max_bytes: int | None = None
+    git_folders: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -487,9 +497,16 @@ def sandboxed(command: str, workspace: Workspace, output_fd: int, ctx: ToolConte
     flags = usable_flags(ctx.sandbox, config, identity)
     with contextlib.ExitStack() as closing:
         try:
-            guards = closing.enter_context(repository_guards(workspace.fd, root, workspace.git_entries))
+            guards = closing.enter_context(
+                repository_guards(workspace.fd, root, workspace.git_entries, workspace.git_folders)
+            )
         except LinkedEntry as linked:
             raise ToolError(config.error("sandbox_git_link", path=linked.path)) from None
+        except WorkspaceIsGitFolder:
+            raise ToolError(config.error("sandbox_git_root", folder=root)) from None
+        except MissingNamed as missing:
+            error = config.error("sandbox_git_missing", path=missing.path, config=missing.config, setting=missing.key)
+            raise ToolError(error) from None
         except TooManyRepositories as many:
             raise ToolError(config.error("sandbox_git_many", count=str(many), limit=MAX_GUARDS)) from None
         file_max = ctx.sandbox.file_max_bytes

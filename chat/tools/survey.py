@@ -1,24 +1,64 @@
 """One walk of a workspace from its descriptor, never following a link: what its files take on disk (as ``du``
-counts: blocks, a hard-linked file once) and where its git repositories are (every ``.git``, folder or file, at
-any depth, but none inside another ``.git``). The quota and ``run``'s guards of git both read it."""
+counts: blocks, a hard-linked file once) and where its git repositories are: every ``.git``, folder or file, at
+any depth, but none inside another ``.git``, and every other folder git would take for a git folder (one holding a
+``HEAD`` that git accepts, as a bare repository's). The quota and ``run``'s guards of git both read it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 
 GIT = ".git"
+HEAD = "HEAD"
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_HEAD_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_OBJECT_ID = re.compile(rb"[0-9a-fA-F]{40}")
 
 
 @dataclass
 class Survey:
-    """``used``: bytes on disk; ``git_entries``: the ``.git`` entries' paths relative to the walked folder."""
+    """``used``: bytes on disk; ``git_entries``: the ``.git`` entries' paths relative to the walked folder;
+    ``git_folders``: the other folders git takes for git folders (``""`` for the walked folder itself)."""
 
     used: int = 0
     git_entries: list[str] = field(default_factory=list)
+    git_folders: list[str] = field(default_factory=list)
+
+
+def is_head(data: bytes) -> bool:
+    """Whether git takes a file holding ``data`` for a repository's ``HEAD`` (a symbolic ref or an object id)."""
+    if data.startswith(b"ref:"):
+        return data[4:].lstrip().startswith(b"refs/")
+    return _OBJECT_ID.match(data) is not None
+
+
+def holds_head(folder_fd: int) -> bool:
+    """Whether the folder open as ``folder_fd`` holds a ``HEAD`` git accepts, which makes git take it for a git
+    folder (with ``objects`` and ``refs``, which anyone who can write the folder can add)."""
+    try:
+        info = os.stat(HEAD, dir_fd=folder_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            return os.readlink(HEAD, dir_fd=folder_fd).startswith("refs/")
+        except OSError:
+            return False
+    if not stat.S_ISREG(info.st_mode):
+        return False
+    try:
+        fd = os.open(HEAD, _HEAD_FLAGS, dir_fd=folder_fd)
+    except OSError:
+        return False
+    try:
+        return is_head(os.read(fd, 256))
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def survey(folder_fd: int) -> Survey:
@@ -69,6 +109,8 @@ def _visit(fd: int, relative: str, in_git: bool, found: Survey, seen: set[tuple[
             entries = list(listing)
     except OSError:
         return folders
+    if not in_git and any(entry.name == HEAD for entry in entries) and holds_head(fd):
+        found.git_folders.append(relative)
     for entry in entries:
         try:
             info = entry.stat(follow_symlinks=False)

@@ -34,7 +34,7 @@ def serve(settings: Any, tmp_path: Path, *, url: str, model: str = "", workspace
     settings.CACHET_WORKSPACES = workspaces
     settings.CACHET_DATA = tmp_path
     settings.STATIC_ROOT = tmp_path / "static"
-    settings.CACHET_WORKSPACE_ROOTS = [tmp_path / "workspaces"]
+    settings.CACHET_WORKSPACE_ROOTS = [tmp_path / "workspaces", tmp_path / "srv"]
     settings.CACHET_MODEL_URL = url
     settings.CACHET_MODEL = model
     out = io.StringIO()
@@ -144,8 +144,8 @@ def test_as_root_serve_gives_the_workspaces_it_keeps_to_the_sandbox_user(
         f"Workspace team: gave {outside} to cachet-sandbox, the user its commands run as."
     ]
     assert (outside / "notes.md").stat().st_uid == ids[0] and scratch.stat().st_uid == ids[0]
-    mine = tmp_path / "mine"
-    mine.mkdir()
+    mine = tmp_path / "srv" / "mine"
+    mine.mkdir(parents=True)
     team.folder = str(mine)
     team.save()
     lines = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1")
@@ -162,7 +162,7 @@ def test_as_root_serve_gives_the_workspaces_it_keeps_to_the_sandbox_user(
     assert (acl.USER, 6, ids[0]) in (acl.read(str(mine / "notes.md")) or [])
     lines = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1")
     assert [line for line in lines if "Workspace team: commands" in line] == [], "said once: it may write it now"
-    bare = tmp_path / "bare"
+    bare = tmp_path / "srv" / "bare"
     bare.mkdir()
     team.folder = str(bare)
     team.save()
@@ -182,3 +182,31 @@ def test_as_root_serve_gives_the_workspaces_it_keeps_to_the_sandbox_user(
         f"(chown -R cachet-sandbox: {bare}), or remount the file system with ACLs (mount -o remount,acl) and try "
         "again."
     ) in lines
+
+
+def test_as_root_serve_never_opens_a_workspace_folder_swapped_for_a_link(settings: Any, tmp_path: Path) -> None:
+    """The audit swapped a workspace's folder for a link to a root-only folder outside every root; the next start
+    of serve gave the sandbox user access to the link's target with ACLs. It opens the folder as an action does:
+    never through a link, and only under the roots."""
+    if sandbox_ids() is None:
+        pytest.skip("only root opens folders to the user commands run as")
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "key").write_text("root's\n")
+    folder = tmp_path / "srv" / "team"
+    folder.mkdir(parents=True)
+    Workspace.objects.create(name="team", folder=str(folder), allow_commands=True)
+    folder.rmdir()
+    folder.symlink_to(secret)
+    lines = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1")
+    assert (
+        f"Workspace team: Refused: the workspace folder {folder} cannot be opened: {folder} is a symbolic link now, "
+        "and a workspace is never reached through one. Staff must put the folder back or change the workspace."
+    ) in lines
+    assert acl.read(str(secret)) in (None, []) and acl.read(str(secret / "key")) in (None, [])
+    Workspace.objects.filter(name="team").update(folder=str(secret))
+    lines = serve(settings, tmp_path, url=f"http://127.0.0.1:{closed_port()}/v1")
+    assert any(
+        line.startswith(f"Workspace team: Refused: the workspace folder {secret} is not under") for line in lines
+    )
+    assert acl.read(str(secret)) in (None, [])

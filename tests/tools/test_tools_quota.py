@@ -128,3 +128,15 @@ def test_as_root_what_cachet_writes_stays_the_sandbox_users(ws: Path, ctx: ToolC
     mine.mkdir()
     assert called(ctx, "write", path="mine/root.txt", content="root's\n") == "written"
     assert (mine / "root.txt").stat().st_uid == 0
+
+
+def test_space_a_command_frees_counts_for_the_next_write_at_once(
+    ws: Path, make_ctx: Callable[..., ToolContext]
+) -> None:
+    """The audit's write right after a ``run`` that deleted files was refused for the measure taken before the
+    command (kept 10 s): the workspace is measured again as a command ends."""
+    fill(ws, 5)
+    ctx = make_ctx(disk_quota=3 * MB)
+    assert called(ctx, "write", path="small.txt", content="x").startswith("error: Refused")
+    assert called(ctx, "run", command="rm filler.bin && echo removed") == "removed\n"
+    assert called(ctx, "write", path="small.txt", content="x" * 1024) == "written"

@@ -298,3 +298,115 @@ def test_git_in_the_sandbox_trusts_a_repository_another_user_owns(ws: Path, ctx:
     (ws / "a.txt").write_text("a\n")
     output = ran(ctx, "git status --short; git -C /tmp status 2>&1 | head -1")
     assert output.startswith("?? a.txt\n"), output
+
+
+def test_a_file_the_config_names_that_does_not_exist_yet_is_refused(repo: Path, ctx: ToolContext, marker: Path) -> None:
+    """The audit's include of a file that did not exist yet: a command created it, and git on the host read it
+    (no ``safe.directory`` needed). A path or program the configuration needs that is missing inside the
+    workspace makes ``run`` refuse the workspace, naming both; what only looks like a path (a remote's URL, a
+    branch's ref, an alias's argument) does not."""
+    git(repo, "remote", "add", "origin", "https://example.org/team/repo.git")
+    git(repo, "config", "branch.main.merge", "refs/heads/main")
+    git(repo, "config", "alias.lg", "log --format=%h/%s")
+    assert ran(ctx, "echo fine") == "fine\n"
+    git(repo, "config", "include.path", "../.gitconfig.local")
+    planted = f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' > .gitconfig.local; echo $?"
+    assert ran(ctx, planted) == (
+        f"error: Commands cannot run in this workspace: {repo}/.git/config names {repo}/.gitconfig.local "
+        "(include.path), which does not exist; a command could create it, and git on the host would read or run "
+        "it. Create it on the host (an empty file will do) or remove the setting."
+    )
+    assert not (repo / ".gitconfig.local").exists()
+    (repo / ".gitconfig.local").write_text("")
+    for_commands(repo)
+    assert "Read-only file system" in ran(ctx, planted)
+    host_git_runs_nothing(repo, marker)
+    git(repo, "config", "core.hooksPath", ".githooks")
+    assert "names " + str(repo / ".githooks") + " (core.hookspath)" in ran(ctx, "mkdir .githooks")
+    git(repo, "config", "--unset", "core.hooksPath")
+    git(repo, "config", "core.sshCommand", "./tools/ssh.sh -v")
+    assert "names " + str(repo / "tools" / "ssh.sh") + " (core.sshcommand)" in ran(ctx, "mkdir tools")
+    assert not (repo / "tools").exists()
+
+
+def plant_bare(folder: str, marker: Path) -> str:
+    """A shell line that makes ``folder`` what git takes for a bare repository, its config running ``marker``."""
+    return (
+        f"mkdir -p {folder}/objects {folder}/refs/heads && echo 'ref: refs/heads/main' > {folder}/HEAD && "
+        f"printf '[core]\\n\\tbare = false\\n\\tworktree = ..\\n\\tfsmonitor = touch {marker}\\n' > {folder}/config"
+    )
+
+
+def test_a_command_cannot_leave_a_folder_git_takes_for_a_repository(ws: Path, ctx: ToolContext, marker: Path) -> None:
+    """The audit's route with no ``.git`` at all: ``HEAD``, ``objects``, ``refs`` and a ``config`` written into a
+    folder (or the workspace itself) make git on the host take it for a bare repository, trust it as its owner's
+    and run its ``core.fsmonitor``. Whatever a command makes so has its ``HEAD`` renamed as soon as the workspace
+    is walked again (every second while it runs, and as it ends), and the result says so."""
+    (ws / "src").mkdir()
+    for_commands(ws)
+    output = ran(ctx, f"{plant_bare('src', marker)} && sleep 2.5 && ls src")
+    renamed = (
+        f"[Cachet renamed {ws}/src/HEAD to HEAD.disarmed: the command made {ws}/src a git folder, which git on the "
+        "host would take for a repository and run what its config names]"
+    )
+    lines = output.splitlines()
+    assert lines[0] == "HEAD.disarmed" and "HEAD" not in lines[1:-1] and lines[-1] == renamed, output
+    assert ran(ctx, f"{plant_bare('.', marker)}").endswith(
+        f"[Cachet renamed {ws}/HEAD to HEAD.disarmed: the command made {ws} a git folder, which git on the host "
+        "would take for a repository and run what its config names]"
+    )
+    assert ran(ctx, "git init -q --bare made.git && echo 'ref: refs/heads/main' > src/HEAD").count("renamed") == 2
+    for folder in (ws / "src", ws / "src" / "objects", ws, ws / "made.git"):
+        host_git_runs_nothing(folder, marker)
+    assert sorted(path.name for path in ws.glob("**/HEAD*")) == ["HEAD.disarmed"] * 3 + ["HEAD.disarmed2"]
+
+
+def test_a_bare_repository_the_workspace_holds_is_read_only(ws: Path, make_ctx: Callable[..., ToolContext]) -> None:
+    """A git folder not named ``.git`` (a bare repository, a mirror) is guarded as a ``.git`` is, by commands and
+    by the file tools; a workspace folder that is itself one takes no command."""
+    git(ws, "init", "-q", "--bare", "backup.git")
+    for_commands(ws)
+    config = (ws / "backup.git" / "config").read_text()
+    ctx = make_ctx()
+    output = ran(ctx, "echo '[core] fsmonitor = x' >> backup.git/config; mv backup.git moved; echo done")
+    assert "Read-only file system" in output and "Device or resource busy" in output, output
+    assert (ws / "backup.git" / "config").read_text() == config
+    answer = called(make_ctx(mode="edit"), "write", path="backup.git/hooks/pre-commit", content="touch x\n")
+    assert answer == (
+        f"error: Refused: {ws}/backup.git/hooks/pre-commit is in a git folder ({ws}/backup.git holds a "
+        "repository's HEAD); the model may not change a repository's configuration, hooks or history."
+    )
+    bare = ws / "bare"
+    bare.mkdir()
+    git(bare, "init", "-q", "--bare", ".")
+    for_commands(ws)
+    inner = make_ctx(root=bare)
+    assert ran(inner, "echo ran") == (
+        f"error: Commands cannot run in this workspace: its folder {bare} is itself a git folder (it holds a "
+        "repository's HEAD), whose configuration a command could change. Move the repository into a folder of the "
+        "workspace."
+    )
+
+
+def test_the_file_tools_make_no_folder_a_git_folder(
+    ws: Path, make_ctx: Callable[..., ToolContext], marker: Path
+) -> None:
+    """The audit's ``write`` in edit mode, on a workspace without commands, of ``src/HEAD``, ``src/objects``,
+    ``src/refs`` and ``src/config``: a ``HEAD`` git would accept is refused (a symbolic ref or an object id);
+    a file of that name holding anything else is an ordinary file."""
+    ctx = make_ctx(mode="edit", allow_commands=False)
+    (ws / "src").mkdir()
+    called(ctx, "write", path="src/objects/keep", content="")
+    called(ctx, "write", path="src/refs/heads/keep", content="")
+    called(ctx, "write", path="src/config", content=f"[core]\n\tworktree = ..\n\tfsmonitor = touch {marker}\n")
+    for content in ("ref: refs/heads/main\n", "ref:refs/x", "0123456789abcdef0123456789abcdef01234567\n"):
+        assert called(ctx, "write", path="src/HEAD", content=content) == (
+            f"error: Refused: {ws}/src/HEAD would make its folder a git folder (it reads as a repository's HEAD); "
+            "the model may not make what git on the host would take for a repository."
+        )
+    assert called(ctx, "write", path="src/HEAD", content="the newest notes go on top\n") == "written"
+    assert called(ctx, "edit", path="src/HEAD", old_string="the newest", new_string="ref: refs/heads/x\nthe") == (
+        f"error: Refused: {ws}/src/HEAD would make its folder a git folder (it reads as a repository's HEAD); "
+        "the model may not make what git on the host would take for a repository."
+    )
+    host_git_runs_nothing(ws / "src", marker)
