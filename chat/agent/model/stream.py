@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -66,9 +67,9 @@ class Timeouts:
     between_chunks: float = 120.0
 
     def http(self) -> httpx.Timeout:
-        """httpx's own timeouts, a backstop behind the stream's deadlines."""
-        read = max(self.first_token, self.between_chunks) + 5.0
-        return httpx.Timeout(connect=self.connect, read=read, write=self.between_chunks, pool=self.connect)
+        """httpx's own timeouts: reading is timed by the stream's deadlines alone (one timer a stream, where httpx
+        would set one a read)."""
+        return httpx.Timeout(connect=self.connect, read=None, write=self.between_chunks, pool=self.connect)
 
 
 def headers(api_key: str | None, accept: str) -> dict[str, str]:
@@ -113,6 +114,9 @@ class ModelStream:
         self._started = 0.0
         self._waiting = False  # within a wait a cancel may interrupt
         self._waiter: asyncio.Task[Any] | None = None  # the task iterating, its cancel hooked for the iteration
+        self._deadline = math.inf  # of the wait going on
+        self._timer: asyncio.TimerHandle | None = None  # at the deadline or before it: looks again when it fires
+        self._expired = False  # the timer cancelled the wait
         self.closed = False
 
     def start(self) -> None:
@@ -124,6 +128,7 @@ class ModelStream:
     async def aclose(self) -> None:
         """Stop an answer that is not finished (a started one that is never iterated included)."""
         self.closed = True
+        self._stop_timer()
         sending, self._sending = self._sending, None
         if sending is not None and not sending.done():
             sending.cancel()  # the request's task ends on its own; nothing waits for it
@@ -224,16 +229,47 @@ class ModelStream:
         return await self._waited(awaitable, deadline)
 
     async def _waited(self, awaitable: Awaitable[T], deadline: float) -> T:
+        """One timer serves a stream's waits: a wait moves the deadline, and the timer, firing, looks whether it
+        passed (its deadline moves with each chunk; a timer a wait cost a heap push and a cancel a chunk)."""
+        if self.cancel is not None and self.cancel.is_set():
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()  # never to be awaited: no "never awaited" warning
+            raise asyncio.CancelledError
+        task = asyncio.current_task()
+        assert task is not None
+        self._deadline = deadline
+        if self._timer is None or self._timer.when() > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = asyncio.get_running_loop().call_at(deadline, self._expire, task)
         self._waiting = True
         try:
-            if self.cancel is not None and self.cancel.is_set():
-                if asyncio.iscoroutine(awaitable):
-                    awaitable.close()  # never to be awaited: no "never awaited" warning
-                raise asyncio.CancelledError
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                return await awaitable
+            return await awaitable
+        except asyncio.CancelledError:
+            if self._expired:
+                self._expired = False
+                task.uncancel()
+                raise TimeoutError from None
+            raise
         finally:
             self._waiting = False
+
+    def _expire(self, task: asyncio.Task[Any]) -> None:
+        """The timer: the wait going on ends where its deadline passed; else the timer waits on."""
+        self._timer = None
+        if not self._waiting or task.done():
+            return  # the next wait sets it again
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._deadline:
+            self._timer = loop.call_at(self._deadline, self._expire, task)
+            return
+        self._expired = True
+        task.cancel()
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class _Reading:
