@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any
 
+import uvloop
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import connection
@@ -49,7 +50,10 @@ class Command(BaseCommand):
                 signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C until the worker runs
                 try:
                     connector, concurrency = self._prepared(max(1, int(options["concurrency"])))
-                    asyncio.run(self._work(connector, concurrency, outage))
+                    # uvloop (libuv's loop, as uvicorn runs on): each streamed piece costs the worker about a
+                    # tenth less CPU than on asyncio's own loop (bench/web.py, 50 replies streaming).
+                    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                        runner.run(self._work(connector, concurrency, outage))
                     break
                 except Exception as error:  # Postgres is away at the start: the worker waits for it
                     if self.told or not database_unavailable(error):
