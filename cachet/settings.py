@@ -258,8 +258,11 @@ AXES_LOCKOUT_CALLABLE = "chat.web.logins.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "chat.web.logins.client_address"
 AXES_VERBOSE = False
 
-CACHET_MODEL_URL = os.environ.get("CACHET_MODEL_URL", "http://127.0.0.1:8080/v1")
+# The endpoint named ``default``: where CACHET_MODEL_URL (or CACHET_MODEL) is set, each start sets its URL (its
+# model) from it; where not, the first start makes it at CACHET_DEFAULT_MODEL_URL and later ones keep what staff set.
+CACHET_MODEL_URL = os.environ.get("CACHET_MODEL_URL", "")
 CACHET_MODEL = os.environ.get("CACHET_MODEL", "")
+CACHET_DEFAULT_MODEL_URL = os.environ.get("CACHET_DEFAULT_MODEL_URL") or "http://127.0.0.1:8080/v1"
 CACHET_WORKSPACES = os.environ.get("CACHET_WORKSPACES", "")
 # Where workspace folders set in the admin or seeded from CACHET_WORKSPACES may lie (``sessions_app.folders``).
 CACHET_WORKSPACE_ROOTS = [

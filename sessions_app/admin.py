@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
@@ -17,6 +18,7 @@ from django.utils.safestring import SafeString, mark_safe
 from sessions_app.folders import folder_check
 from sessions_app.hygiene import format_id, parse_id
 from sessions_app.models import (
+    DEFAULT_ENDPOINT_NAME,
     ChatSession,
     Generation,
     ModelEndpoint,
@@ -189,6 +191,21 @@ class ModelEndpointAdmin(KeepsSessionsAdmin):
         shown = (["api_key_state"] if obj is not None else []) + (list(API_KEY_FIELDS) if editable else [])
         at = fields.index("model") if "model" in fields else len(fields)
         return [*fields[:at], *shown, *fields[at:]]
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> Any:
+        """On the endpoint named ``default`` where the environment sets its URL: a warning that a URL changed here
+        lasts until the next start."""
+        endpoint = self.get_object(request, object_id)
+        named_default = endpoint is not None and endpoint.name == DEFAULT_ENDPOINT_NAME
+        if request.method == "GET" and named_default and settings.CACHET_MODEL_URL:
+            messages.warning(
+                request,
+                f"CACHET_MODEL_URL sets this endpoint's URL ({settings.CACHET_MODEL_URL}) at every start of "
+                "Cachet: a URL changed here lasts until the next one. Unset it to keep what you set here.",
+            )
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         """No filter on the key in the list's URL (``?api_key__startswith=sk-a`` would tell it a letter at a

@@ -64,7 +64,8 @@ DEFAULT_ENDPOINT_NAME = "default"
 
 class ModelEndpoint(models.Model):
     """An OpenAI-compatible server. An empty ``model`` is taken from its ``/v1/models``. The one named
-    :data:`DEFAULT_ENDPOINT_NAME` follows ``CACHET_MODEL_URL`` and ``CACHET_MODEL`` at every start."""
+    :data:`DEFAULT_ENDPOINT_NAME` follows ``CACHET_MODEL_URL`` and ``CACHET_MODEL`` at every start where they are
+    set, and keeps what staff set where they are not."""
 
     name = models.CharField(max_length=100, unique=True)
     base_url = models.URLField(max_length=500)

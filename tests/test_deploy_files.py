@@ -90,7 +90,8 @@ def test_the_web_environment() -> None:
     assert environment["REDIS_URL"] == "redis://redis:6379/0"
     assert environment["SECRET_KEY"].startswith("${SECRET_KEY:?"), "a missing SECRET_KEY must stop compose"
     assert "127.0.0.1" in environment["ALLOWED_HOSTS"].split(","), "the health check asks as 127.0.0.1"
-    assert environment["CACHET_MODEL_URL"].endswith("http://model:8080/v1}")
+    assert environment["CACHET_MODEL_URL"] == "${CACHET_MODEL_URL:-}", "unset, staff's endpoint stays as they set it"
+    assert environment["CACHET_DEFAULT_MODEL_URL"] == "http://model:8080/v1"
     db = SERVICES["db"]["environment"]
     assert db["POSTGRES_DB"] == "cachet" and db["POSTGRES_USER"] == "cachet"
 

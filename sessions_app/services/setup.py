@@ -73,14 +73,17 @@ def workspaces_seed(*, spec: str, default_folder: Path) -> Seeded:
 
 
 @transaction.atomic
-def endpoint_seed(*, base_url: str, model: str) -> ModelEndpoint:
-    """The endpoint named ``default`` takes the environment's URL and model at every start, made where missing.
-    An empty ``model`` keeps the one set in the admin while the URL stays; other endpoints are left as they are."""
+def endpoint_seed(*, base_url: str, model: str, first_url: str = "") -> ModelEndpoint:
+    """The endpoint named ``default``, made where missing (at ``base_url``, else ``first_url``). A ``base_url``
+    given is the environment's and is set at every start (its server's model going with an old URL); an empty one
+    leaves the URL as staff set it. A ``model`` given is set too; an empty one keeps the admin's. Other endpoints are
+    left as they are."""
     base_url = base_url.rstrip("/")
     endpoint = ModelEndpoint.objects.select_for_update().filter(name=DEFAULT_ENDPOINT_NAME).first()
     if endpoint is None:
-        return ModelEndpoint.objects.create(name=DEFAULT_ENDPOINT_NAME, base_url=base_url, model=model)
-    if endpoint.base_url != base_url:
+        url = base_url or first_url.rstrip("/")
+        return ModelEndpoint.objects.create(name=DEFAULT_ENDPOINT_NAME, base_url=url, model=model)
+    if base_url and endpoint.base_url != base_url:
         endpoint.base_url = base_url
         endpoint.model = model
     elif model:

@@ -210,3 +210,18 @@ def test_as_root_serve_never_opens_a_workspace_folder_swapped_for_a_link(setting
         line.startswith(f"Workspace team: Refused: the workspace folder {secret} is not under") for line in lines
     )
     assert acl.read(str(secret)) in (None, [])
+
+
+def test_a_start_without_cachet_model_url_keeps_the_endpoint_staff_set(settings: Any, tmp_path: Path) -> None:
+    """The audit's admin pointed the default endpoint at another server; the next start (``./run``, a second web
+    process) set it back to :8080. Without ``CACHET_MODEL_URL`` a start makes it once and leaves it."""
+    settings.CACHET_DEFAULT_MODEL_URL = f"http://127.0.0.1:{closed_port()}/v1"
+    first = serve(settings, tmp_path, url="")
+    assert f"Model endpoint default: {settings.CACHET_DEFAULT_MODEL_URL} (from /v1/models once it answers)" in first
+    with ScriptedServer([]) as model_server:
+        ModelEndpoint.objects.filter(name="default").update(base_url=model_server.base_url, model="staff-chose")
+        again = serve(settings, tmp_path, url="")
+        assert f"Model endpoint default: {model_server.base_url} staff-chose" in again, again
+        assert ModelEndpoint.objects.get(name="default").base_url == model_server.base_url
+    told = serve(settings, tmp_path, url=settings.CACHET_DEFAULT_MODEL_URL)
+    assert ModelEndpoint.objects.get(name="default").base_url == settings.CACHET_DEFAULT_MODEL_URL, told

@@ -437,3 +437,17 @@ def test_the_endpoint_list_takes_no_filter_on_the_key(django_user_model: Any, st
         }
         assert {query: answer.status_code for query, answer in answers.items()} == dict.fromkeys(answers, 400)
         assert client.get(f"{listing}?name__startswith=ke").status_code == 200
+
+
+def test_the_default_endpoints_page_says_when_the_environment_sets_its_url(staff: Client, settings: Any) -> None:
+    default = ModelEndpoint.objects.create(name="default", base_url="http://127.0.0.1:8080/v1")
+    other = ModelEndpoint.objects.create(name="gpu", base_url="http://gpu-box:8080/v1")
+    page = reverse("admin:sessions_app_modelendpoint_change", args=[default.pk])
+    settings.CACHET_MODEL_URL = ""
+    assert "CACHET_MODEL_URL sets" not in staff.get(page).content.decode()
+    settings.CACHET_MODEL_URL = "http://127.0.0.1:8080/v1"
+    assert "CACHET_MODEL_URL sets this endpoint&#x27;s URL (http://127.0.0.1:8080/v1) at every start" in (
+        staff.get(page).content.decode()
+    )
+    other_page = reverse("admin:sessions_app_modelendpoint_change", args=[other.pk])
+    assert "CACHET_MODEL_URL sets" not in staff.get(other_page).content.decode()

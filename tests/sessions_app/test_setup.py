@@ -80,6 +80,21 @@ def test_the_default_endpoint_follows_the_environment_at_every_start() -> None:
 
 
 @pytest.mark.django_db
+def test_without_the_environments_url_the_default_endpoint_keeps_what_staff_set() -> None:
+    """The audit's admin changed the default endpoint's URL; every start set it back to :8080, and the next message
+    in an open tab failed. Unset, ``CACHET_MODEL_URL`` makes the endpoint once (at the first URL) and leaves it."""
+    made = endpoint_seed(base_url="", model="", first_url="http://127.0.0.1:8080/v1/")
+    assert (made.name, made.base_url, made.model) == ("default", "http://127.0.0.1:8080/v1", "")
+    ModelEndpoint.objects.filter(pk=made.pk).update(base_url="http://gpu-box:8080/v1", model="qwen3")
+    again = endpoint_seed(base_url="", model="", first_url="http://127.0.0.1:8080/v1")
+    assert (again.pk, again.base_url, again.model) == (made.pk, "http://gpu-box:8080/v1", "qwen3")
+    named = endpoint_seed(base_url="", model="llama", first_url="http://127.0.0.1:8080/v1")
+    assert (named.base_url, named.model) == ("http://gpu-box:8080/v1", "llama"), "CACHET_MODEL alone sets the model"
+    told = endpoint_seed(base_url="http://model-box:8080/v1", model="", first_url="http://127.0.0.1:8080/v1")
+    assert (told.pk, told.base_url, told.model) == (made.pk, "http://model-box:8080/v1", "")
+
+
+@pytest.mark.django_db
 def test_the_default_endpoint_is_the_one_named_default_else_the_oldest() -> None:
     assert endpoint_default() is None
     oldest = ModelEndpoint.objects.create(name="a-first", base_url="http://a:1/v1")

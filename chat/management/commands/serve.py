@@ -249,7 +249,9 @@ class Command(BaseCommand):
             self.stderr.write(
                 f"Workspace {refused.name}: not seeded, Cachet may not use {refused.folder} ({refused.reason})."
             )
-        endpoint = endpoint_seed(base_url=settings.CACHET_MODEL_URL, model=settings.CACHET_MODEL)
+        endpoint = endpoint_seed(
+            base_url=settings.CACHET_MODEL_URL, model=settings.CACHET_MODEL, first_url=settings.CACHET_DEFAULT_MODEL_URL
+        )
         password = admin_seed()
         interrupted = orphans_interrupt()
         if interrupted:
