@@ -223,7 +223,8 @@ class Job:
             if all(isinstance(waiting, _Delta) for waiting in self._outbox):
                 self._woken.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._woken.wait(), TEXT_EVENT_SECONDS)
+                    async with asyncio.timeout(TEXT_EVENT_SECONDS):  # no task a rest, as wait_for makes
+                        await self._woken.wait()
 
     async def _published(self) -> None:
         """Until everything posted is published."""
