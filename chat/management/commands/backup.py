@@ -1,7 +1,7 @@
 """``manage.py backup FILE``: Cachet's whole database as SQL, by ``pg_dump``, whether Cachet runs or not; on the
 embedded Postgres with the ``pg_dump`` that ships with it (started for the dump where it is stopped), on another with
-the ``pg_dump`` on the ``PATH``. ``manage.py dbshell -- -X -q -o /dev/null -v ON_ERROR_STOP=1 -f FILE`` loads it into an empty
-database."""
+the ``pg_dump`` on the ``PATH``. ``manage.py dbshell -- -X -q -o /dev/null -v ON_ERROR_STOP=1 -f FILE`` loads it
+into an empty database."""
 
 from __future__ import annotations
 
