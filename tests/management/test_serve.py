@@ -225,3 +225,31 @@ def test_a_start_without_cachet_model_url_keeps_the_endpoint_staff_set(settings:
         assert ModelEndpoint.objects.get(name="default").base_url == model_server.base_url
     told = serve(settings, tmp_path, url=settings.CACHET_DEFAULT_MODEL_URL)
     assert ModelEndpoint.objects.get(name="default").base_url == settings.CACHET_DEFAULT_MODEL_URL, told
+
+
+def test_serving_every_address_answers_the_machines_own_names(
+    settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's ``--host 0.0.0.0`` "to serve the LAN" answered 400 to every page until ALLOWED_HOSTS and
+    CSRF_TRUSTED_ORIGINS were set as well: it now answers the machine's own names and addresses, and says them."""
+    from django.test import Client
+
+    from chat.web.lan import machine_names
+
+    names = machine_names()
+    assert names, "this machine has a name others reach it by"
+    monkeypatch.delenv("ALLOWED_HOSTS", raising=False)
+    settings.ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+    settings.CACHET_WORKSPACES = ""
+    settings.CACHET_DATA = tmp_path
+    settings.STATIC_ROOT = tmp_path / "static"
+    settings.CACHET_MODEL_URL = f"http://127.0.0.1:{closed_port()}/v1"
+    out = io.StringIO()
+    call_command("serve", "--no-serve", "--host", "0.0.0.0", "--port", "8123", stdout=out, stderr=out)
+    lines = out.getvalue().splitlines()
+    urls = ", ".join(f"http://{name}:8123/" for name in names)
+    assert any(line.startswith(f"Serving every address of this machine: {urls}. It answers these") for line in lines)
+    assert any(f"Log in at http://{names[0]}:8123/ as admin" in line for line in lines), lines
+    for name in names:
+        assert Client().get("/login/", HTTP_HOST=f"{name}:8123").status_code == 200, name
+    assert Client().get("/login/", HTTP_HOST="elsewhere.example:8123").status_code == 400

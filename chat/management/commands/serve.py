@@ -27,6 +27,7 @@ from chat.agent.budget import Window, endpoint_window
 from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.agent.workspace import commands_folder_line
 from chat.management.commands.worker import SUPERVISOR_ENV
+from chat.web.lan import WILDCARDS, machine_names
 from sessions_app.folders import workspace_roots
 from sessions_app.models import DEFAULT_ENDPOINT_NAME, Workspace
 from sessions_app.selectors.sessions import endpoint_list
@@ -153,6 +154,17 @@ def daphne(*, host: str, port: int) -> None:
     )
 
 
+def lan_names_line(names: list[str], port: int, *, chosen: bool) -> str:
+    """What a server bound to every address is reached at, and whose names it answers."""
+    urls = ", ".join(f"http://{name}:{port}/" for name in names) or "no address found"
+    if chosen:
+        return f"Serving every address of this machine ({urls}); it answers the names ALLOWED_HOSTS sets."
+    return (
+        f"Serving every address of this machine: {urls}. It answers these names and addresses (set ALLOWED_HOSTS "
+        "to choose others, a proxy's name for one)."
+    )
+
+
 def endpoint_line(found: EndpointModels) -> str:
     """One line on whether the endpoint's server answers, and what a person can do when it does not."""
     endpoint, listing = found.endpoint, found.listing
@@ -209,6 +221,8 @@ class Command(BaseCommand):
         with setup_lock():
             password, endpoint = self._set_up()
         url = f"http://{options['host']}:{options['port']}/"
+        if options["host"] in WILDCARDS:
+            url = self._every_address(options["port"]) or url
         listings = endpoints_models(endpoint_list(), timeout=STARTUP_LIST_TIMEOUT, kept=0)
         listed = any(found.endpoint.pk == endpoint.pk and found.listing.listed for found in listings)
         self.stdout.write(
@@ -237,6 +251,17 @@ class Command(BaseCommand):
                 daphne(host=options["host"], port=options["port"])
             finally:
                 _quiet_stop()
+
+    def _every_address(self, port: int) -> str | None:
+        """Where ``--host`` is every address: without ``ALLOWED_HOSTS`` in the environment, this run answers the
+        machine's own names and addresses too (Django answered 400 to any other); said in a line. The first of
+        them, as a URL."""
+        names = machine_names()
+        chosen = "ALLOWED_HOSTS" in os.environ
+        if not chosen:
+            settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, *names]
+        self.stdout.write(lan_names_line(names, port, chosen=chosen))
+        return f"http://{names[0]}:{port}/" if names and not chosen else None
 
     def _set_up(self) -> tuple[str | None, Any]:
         """Migrate, collect the static files, seed, and mark interrupted what a stopped server left; the admin's
