@@ -253,3 +253,13 @@ def test_serving_every_address_answers_the_machines_own_names(
     for name in names:
         assert Client().get("/login/", HTTP_HOST=f"{name}:8123").status_code == 200, name
     assert Client().get("/login/", HTTP_HOST="elsewhere.example:8123").status_code == 400
+
+
+def test_run_help_names_cachets_settings() -> None:
+    """``./run --help`` was Django's alone and named none of Cachet's settings."""
+    from chat.management.commands.serve import Command
+
+    shown = Command().create_parser("manage.py", "serve").format_help()
+    for name in ("CACHET_MODEL_URL", "CACHET_DATA", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS", "CACHET_HOST"):
+        assert name in shown, name
+    assert "docs/deployment.md" in shown

@@ -6,6 +6,7 @@ lock), so none of them fails for the other's tables."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -190,15 +191,41 @@ def window_line(found: EndpointModels, window: Window) -> str:
     return f"{head}, as configured (the server does not say its own)"
 
 
+SETTINGS_HELP = """settings (environment variables; docs/deployment.md lists them all):
+  CACHET_MODEL_URL        the default endpoint's URL, set at every start where given (else kept as set in the admin)
+  CACHET_MODEL            its model (else the first its server lists)
+  CACHET_DATA             Cachet's data folder: the embedded Postgres, the secret key, workspaces (./.cachet)
+  DATABASE_URL            another Postgres instead of the embedded one
+  REDIS_URL               Redis as the channel layer and cache (else Postgres's LISTEN/NOTIFY)
+  CACHET_WORKSPACES       name=/folder,... shared workspaces made or updated at start
+  CACHET_WORKSPACE_ROOTS  the folders workspace folders must lie under ($CACHET_DATA/workspaces)
+  ALLOWED_HOSTS           the names Cachet answers to; CSRF_TRUSTED_ORIGINS the origins it takes forms from
+  CACHET_TLS              1 behind a proxy that serves https
+  CACHET_WORKER_CONCURRENCY  replies a worker runs at once (16)"""
+
+
 class Command(BaseCommand):
     help = (
         "Migrate, seed workspaces, the default model endpoint and the first admin, say whether each model "
         "endpoint answers, then serve under Daphne."
     )
 
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        """Django's parser, its help ending with the settings people set most (``./run --help``)."""
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.epilog = SETTINGS_HELP
+        return parser
+
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--host", default=os.environ.get("CACHET_HOST", "127.0.0.1"))
-        parser.add_argument("--port", type=int, default=int(os.environ.get("CACHET_PORT", "8000")))
+        parser.add_argument(
+            "--host",
+            default=os.environ.get("CACHET_HOST", "127.0.0.1"),
+            help="the address to serve (CACHET_HOST; 0.0.0.0: every address, the LAN's too)",
+        )
+        parser.add_argument(
+            "--port", type=int, default=int(os.environ.get("CACHET_PORT", "8000")), help="the port (CACHET_PORT)"
+        )
         parser.add_argument("--no-serve", action="store_true", help="set up, then exit without serving")
         parser.add_argument(
             "--no-worker",
