@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from testing.interrupts import sigterm_as_interrupt  # noqa: E402
+
 MATH = {
     "left-right x300": "\\left(" * 300 + "x" + "\\right)" * 300,
     "big x800": "\\big(" * 800,
@@ -81,6 +83,7 @@ def read(folder: Path) -> float:
 
 
 def main() -> int:
+    sigterm_as_interrupt()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cachet.settings")
     with tempfile.TemporaryDirectory(prefix="cachet-bounds-") as data:
         os.environ.setdefault("CACHET_DATA", data)

@@ -62,6 +62,7 @@ import asyncio
 import importlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -73,6 +74,8 @@ from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from testing.interrupts import sigterm_as_interrupt  # noqa: E402
 
 if TYPE_CHECKING:
     from sessions_app.models import ChatSession, Turn
@@ -257,6 +260,18 @@ class Recorded:
                 groups.append([])
             groups[-1].append(sent)
         return groups
+
+
+def _removed(work: Path) -> None:
+    """The run's folder gone, its embedded Postgres stopped first (removed under it, the server ran on)."""
+    if "django" in sys.modules and os.environ.get("CACHET_DATA") == str(work / "data"):
+        from django.db import connections
+
+        from cachet.embedded_pg import embedded_stop
+
+        connections.close_all()
+        embedded_stop(work / "data")
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _setup_django(data: Path) -> None:
@@ -893,6 +908,9 @@ def _team_run(
     finally:
         for server in running:
             server.stop()
+        for folder in folders:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
     return totals.processed, totals.prompt_ms, wall
 
 
@@ -967,6 +985,7 @@ def run_team(
 
 
 def main() -> None:
+    sigterm_as_interrupt()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--quick",
@@ -1016,55 +1035,60 @@ def main() -> None:
 
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="cachet-cache-bench-"))
-    _setup_django(work / "data")
-    from testing.tiny_gguf import ModelShape, write_model
+    try:
+        _setup_django(work / "data")
+        from testing.tiny_gguf import ModelShape, write_model
 
-    shape = ModelShape(layers=args.layers, dim=args.dim, heads=max(1, args.dim // 64), ff=args.dim * 2, ctx=TEAM_CTX)
-    model = write_model(work / "bench.gguf", shape)
-    shapes, source = template_shapes(work, shape, model)
-    print(f"model: {args.layers} layer(s) x {args.dim}, byte-level vocabulary; templates: {source}")
-    servers = Servers(model, args.threads)
+        shape = ModelShape(
+            layers=args.layers, dim=args.dim, heads=max(1, args.dim // 64), ff=args.dim * 2, ctx=TEAM_CTX
+        )
+        model = write_model(work / "bench.gguf", shape)
+        shapes, source = template_shapes(work, shape, model)
+        print(f"model: {args.layers} layer(s) x {args.dim}, byte-level vocabulary; templates: {source}")
+        servers = Servers(model, args.threads)
 
-    def team() -> float:
-        """The team's scenarios under every policy; the worst processed/floor of Cachet's placement."""
-        if not scenarios:
-            return 0.0
-        letters = "abcdefghijklmnop"[: max(scenario.sessions for scenario in scenarios)]
-        sessions = [record_session(work, f"team-{letter}", session_actions(slot_turns)) for letter in letters]
-        print(f"recorded: {len(sessions)} sessions of {slot_turns} turns ({time.monotonic() - started:.0f} s)")
-        policies = [policy.strip() for policy in args.policies.split(",") if policy.strip()]
-        unknown = set(policies) - set(TEAM_POLICIES)
-        if unknown:
-            parser.error(f"unknown policies: {', '.join(sorted(unknown))}")
-        return run_team(servers, sessions, scenarios, policies)
+        def team() -> float:
+            """The team's scenarios under every policy; the worst processed/floor of Cachet's placement."""
+            if not scenarios:
+                return 0.0
+            letters = "abcdefghijklmnop"[: max(scenario.sessions for scenario in scenarios)]
+            sessions = [record_session(work, f"team-{letter}", session_actions(slot_turns)) for letter in letters]
+            print(f"recorded: {len(sessions)} sessions of {slot_turns} turns ({time.monotonic() - started:.0f} s)")
+            policies = [policy.strip() for policy in args.policies.split(",") if policy.strip()]
+            unknown = set(policies) - set(TEAM_POLICIES)
+            if unknown:
+                parser.error(f"unknown policies: {', '.join(sorted(unknown))}")
+            return run_team(servers, sessions, scenarios, policies)
 
-    if args.team_only:
+        if args.team_only:
+            floor_ratio = team()
+            print()
+            print(f"cachet processed/floor = {floor_ratio:.3f}" if floor_ratio else "cachet processed/floor = n/a")
+            print(f"(all in {time.monotonic() - started:.0f} s)")
+            return
+        others = [record_session(work, f"pair-{letter}", session_actions(alternation_turns)) for letter in "abcd"]
+        reference = record_session(work, "reference", reference_actions(turns))
+        print(
+            f"recorded: reference session {turns} turns + 1 undone, {len(reference.sent)} requests; "
+            f"{len(others)} sessions of {alternation_turns} turns ({time.monotonic() - started:.0f} s)",
+            flush=True,
+        )
+        kept: list[Recorded] = []
+
+        def one_call() -> Recorded:
+            if not kept:
+                kept.append(record_session(work, "reference-one-call", reference_actions(turns, one_call=True)))
+            return kept[0]
+
+        worst = run_reference(servers, reference, shapes, one_call)
+        run_alternation(servers, others, counts)
         floor_ratio = team()
         print()
         print(f"cachet processed/floor = {floor_ratio:.3f}" if floor_ratio else "cachet processed/floor = n/a")
+        print(f"cachet processed/minimum = {worst:.3f}")
         print(f"(all in {time.monotonic() - started:.0f} s)")
-        return
-    others = [record_session(work, f"pair-{letter}", session_actions(alternation_turns)) for letter in "abcd"]
-    reference = record_session(work, "reference", reference_actions(turns))
-    print(
-        f"recorded: reference session {turns} turns + 1 undone, {len(reference.sent)} requests; "
-        f"{len(others)} sessions of {alternation_turns} turns ({time.monotonic() - started:.0f} s)",
-        flush=True,
-    )
-    kept: list[Recorded] = []
-
-    def one_call() -> Recorded:
-        if not kept:
-            kept.append(record_session(work, "reference-one-call", reference_actions(turns, one_call=True)))
-        return kept[0]
-
-    worst = run_reference(servers, reference, shapes, one_call)
-    run_alternation(servers, others, counts)
-    floor_ratio = team()
-    print()
-    print(f"cachet processed/floor = {floor_ratio:.3f}" if floor_ratio else "cachet processed/floor = n/a")
-    print(f"cachet processed/minimum = {worst:.3f}")
-    print(f"(all in {time.monotonic() - started:.0f} s)")
+    finally:
+        _removed(work)
 
 
 if __name__ == "__main__":

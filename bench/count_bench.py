@@ -30,6 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from testing.interrupts import sigterm_as_interrupt  # noqa: E402
+
 
 def _setup_django(data: Path) -> None:
     os.environ["CACHET_DATA"] = str(data)
@@ -173,6 +175,7 @@ def measure(name: str, base_url: str, *, sizes: list[int], bytes_per_token_guess
 
 
 def main() -> None:
+    sigterm_as_interrupt()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,50000,100000", help="prompt sizes in tokens, comma-separated")
     parser.add_argument("--runs", type=int, default=5, help="timed runs per count (the median is shown)")

@@ -37,6 +37,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from testing.interrupts import sigterm_as_interrupt  # noqa: E402
+
 
 def _load() -> str:
     return Path("/proc/loadavg").read_text().strip() if Path("/proc/loadavg").exists() else str(os.getloadavg())
@@ -65,6 +67,7 @@ def _setup(scratch: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    sigterm_as_interrupt()
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n", 1)[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--layers", default="postgres,redis")
@@ -109,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.keep:
             print(f"logs kept in {scratch}")
         else:
+            from django.db import connections
+
+            from cachet.embedded_pg import embedded_stop
+
+            connections.close_all()
+            embedded_stop(scratch / "harness")  # removed under it, the server ran on
             shutil.rmtree(scratch, ignore_errors=True)
     print(f"load after: {_load()} ({time.monotonic() - started:.0f} s)")
     head = f"{'scenario':<16} {'layer':<9} {'runs':>4} {'lost turns':>10} {'stuck tabs':>10} {'dead workers':>12}"

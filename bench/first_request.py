@@ -39,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from testing.interrupts import sigterm_as_interrupt  # noqa: E402
 from testing.safe_git import git_argv, git_env  # noqa: E402
 
 BEFORE = "899c26a"
@@ -166,6 +167,7 @@ def _child(mode: str, prompts: Path | None) -> dict[str, Any]:
 
 
 def main() -> None:
+    sigterm_as_interrupt()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", default=BEFORE, help=f"the revision to compare with (default {BEFORE})")
     parser.add_argument(

@@ -35,6 +35,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from testing.interrupts import sigterm_as_interrupt  # noqa: E402
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cachet.settings")
 
 
@@ -198,6 +201,7 @@ def prepare_database(scratch: Path, *, with_theirs: bool) -> None:
 
 
 def main() -> None:
+    sigterm_as_interrupt()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
     parser.add_argument("--layers", default="postgres,redis,pubsub,cachet_pubsub")
     parser.add_argument("--sessions", type=int, default=50)

@@ -47,6 +47,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from testing.interrupts import sigterm_as_interrupt  # noqa: E402
+
 CONFIGS: dict[str, dict[str, str]] = {
     "before": {"CACHET_LOGIN_FAILURES": "0", "CACHET_LOGIN_IP_FAILURES_PER_MINUTE": "0"},
     "no-delay": {"CACHET_LOGIN_REFUSAL_DELAY": "0"},
@@ -249,6 +251,7 @@ def _row(name: str, config: str, run: Attack) -> str:
 
 
 def main() -> None:
+    sigterm_as_interrupt()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--guessers", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=30.0)

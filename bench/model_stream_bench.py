@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from chat.agent import model  # noqa: E402
+from testing.interrupts import sigterm_as_interrupt  # noqa: E402
 from testing.safe_git import git_argv, git_env  # noqa: E402
 
 BODY = json.dumps({"model": "scripted", "stream": True, "messages": [{"role": "user", "content": "Go on."}]}).encode()
@@ -171,6 +172,7 @@ def _old(ref: str, runs: int, chunks: int, rounds: int) -> Figures:
 
 def main() -> None:
     """Print the Stop latency and the CPU per delta of the client beside the old one's, and their ratios."""
+    sigterm_as_interrupt()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--chunks", type=int, default=2000)

@@ -31,6 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from testing.interrupts import sigterm_as_interrupt  # noqa: E402
+
 
 @dataclass
 class Figures:
@@ -86,6 +88,7 @@ def _rewrite(body: bytes, variant: str) -> bytes:
 
 
 def main() -> None:
+    sigterm_as_interrupt()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--layers", type=int, default=4)

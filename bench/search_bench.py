@@ -179,6 +179,10 @@ def _best(run: Callable[[str, Any], int], query: str, person: Any) -> tuple[floa
 
 
 def main() -> None:
+    sys.path.insert(0, str(ROOT))
+    from testing.interrupts import sigterm_as_interrupt
+
+    sigterm_as_interrupt()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=2000)
     parser.add_argument("--turns", type=int, default=8)
@@ -199,7 +203,10 @@ def main() -> None:
     finally:
         from django.db import connections
 
+        from cachet.embedded_pg import embedded_stop
+
         connections.close_all()
+        embedded_stop(data)
         shutil.rmtree(data, ignore_errors=True)
 
 

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from chat.agent import server_api  # noqa: E402
 from chat.agent.model.transport import close_shared_client, ssl_context  # noqa: E402
+from testing.interrupts import sigterm_as_interrupt  # noqa: E402
 
 
 def _free_port() -> int:
@@ -82,6 +83,7 @@ def _per_call(calls: int, call: Callable[[], object]) -> tuple[float, float]:
 
 def main() -> None:
     """Print the CPU and wall time per call of both ways, side by side."""
+    sigterm_as_interrupt()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=5)

@@ -1812,6 +1812,10 @@ def targets(results: dict[str, SideFigures], sizes: list[int], streams: list[int
 
 
 def main(argv: list[str] | None = None) -> None:
+    sys.path.insert(0, str(ROOT))
+    from testing.interrupts import sigterm_as_interrupt
+
+    sigterm_as_interrupt()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="10 and 100 turns; 1, 10 and 50 sessions streaming")
     parser.add_argument("--sides", default="old,new")

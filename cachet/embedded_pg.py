@@ -93,6 +93,17 @@ def embedded_server(data_dir: Path, *, check: bool = True) -> EmbeddedServer:
         return _address(server)
 
 
+def embedded_stop(data_dir: Path) -> None:
+    """Stop the embedded Postgres of ``data_dir`` that this process started, as its exit would (where no other
+    process uses it), so that ``data_dir`` can go: removed first, the server is left running on a deleted folder."""
+    pgdata = (data_dir / "pg").resolve()
+    with _lock:
+        server = _servers.pop(pgdata, None)
+    if server is not None:
+        atexit.unregister(server._cleanup)
+        server.cleanup()
+
+
 def _address(server: Any) -> EmbeddedServer:
     info = server.get_postmaster_info()
     return EmbeddedServer(host=str(info.socket_dir), port=int(info.port or 5432))

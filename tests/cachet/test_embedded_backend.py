@@ -158,6 +158,21 @@ def test_migrate_starts_the_embedded_postgres_and_a_stopped_one_starts_again(dat
     while _postgres_on(data) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _postgres_on(data), "a Postgres was left running on the data folder"
+    # A benchmark removes its data folder when it ends, the server stopped first: removed under it, the server ran
+    # on (and the exit's own stop, finding no folder, failed), a Postgres left behind at every run stopped early.
+    stopped = _run(
+        data,
+        "-c",
+        "import django, os, shutil; django.setup()\n"
+        "from pathlib import Path\n"
+        "from django.db import connections\n"
+        "from cachet.embedded_pg import embedded_stop\n"
+        "connections['default'].ensure_connection()\n"
+        "connections.close_all()\n"
+        "embedded_stop(Path(os.environ['CACHET_DATA']))\n"
+        "shutil.rmtree(os.environ['CACHET_DATA'])\n",
+    )
+    assert not _postgres_on(data) and not data.exists() and "Traceback" not in stopped.stderr, stopped.stderr
 
 
 def test_processes_that_start_at_once_share_one_server_and_one_database(data: Path) -> None:
