@@ -39,9 +39,25 @@
     parent.appendChild(element);
   }
 
+  // The chart's plot scrolls sideways: it opens at its newest bars, and a new bar keeps them in view where the
+  // person had not scrolled back to older ones.
+  function chartPlot() {
+    var bars = document.getElementById("chart-bars");
+    return bars ? bars.parentElement : null;
+  }
+  function plotAtEnd() {
+    var plot = chartPlot();
+    return !plot || plot.scrollLeft + plot.clientWidth >= plot.scrollWidth - 24;
+  }
+  function plotToEnd() {
+    var plot = chartPlot();
+    if (plot) plot.scrollLeft = plot.scrollWidth;
+  }
+
   function put(op) {
     var element = elementOf(op.html);
     if (!element) return;
+    var chartAtEnd = plotAtEnd();
     var existing = document.getElementById(op.id);
     if (existing) {
       existing.replaceWith(element);
@@ -58,6 +74,7 @@
       return;
     }
     htmx.process(element);
+    if (chartAtEnd && (op.into === "chart-bars" || element.querySelector("#chart-bars"))) plotToEnd();
     if (liveView()) liveView().scan(element);
     if (element.id === "composer-text" && element.dataset.focus) {
       element.focus();
@@ -362,8 +379,18 @@
     if (queued) waitNote("Reconnecting… your message is sent as soon as the page is connected again.");
   });
 
+  // A chart drawn folded, or behind the phone's tab, has no width at load: it goes to its newest bars as it opens.
+  document.addEventListener("toggle", function (event) {
+    if (event.target && event.target.id === "chart-fold" && event.target.open) plotToEnd();
+  }, true);
+  document.addEventListener("click", function (event) {
+    var tab = event.target && event.target.closest ? event.target.closest(".phone-tabs [role=tab]") : null;
+    if (tab) setTimeout(plotToEnd, 0);  // after look.js has shown the tab
+  });
+
   window.addEventListener("load", function () {
     window.scrollTo(0, document.body.scrollHeight);
+    plotToEnd();
     var text = box();
     if (text) text.focus();
   });

@@ -342,3 +342,43 @@ def test_keyboard_shortcuts_for_a_new_session_the_message_box_and_the_search(bro
     page.locator("h1").click()
     page.keyboard.press("Shift+Escape")
     expect(page.locator("#composer-text")).to_be_focused()
+
+
+def test_the_chart_opens_at_its_newest_bars_and_keeps_them_in_view(browser: Browser, world: World) -> None:
+    """The chart opened at its oldest bars and never scrolled: with 22 requests, the newest were out of view at
+    1440 px. It opens at the newest, a new bar keeps them in view, and a person who scrolled back stays there."""
+
+    def newest_in_view(page: Any) -> bool:
+        return bool(
+            page.evaluate(
+                """() => {
+                  const bars = document.querySelectorAll('#chart-bars .chart-bar');
+                  const plot = document.getElementById('chart-bars').parentElement.getBoundingClientRect();
+                  const last = bars[bars.length - 1].getBoundingClientRect();
+                  return last.left >= plot.left - 1 && last.right <= plot.right + 1;
+                }"""
+            )
+        )
+
+    steps = [Step(text="", tool_calls=[("glob", {"pattern": f"*{number}"})]) for number in range(29)]
+    world.model.push(*steps, Step(text="Done looking."))
+    page = browser.page("ada", viewport={"width": 1440, "height": 900})
+    start_session(page)
+    send(page, "Look around")
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "done", timeout=60_000)
+    expect(page.locator("#chart .chart-bar")).to_have_count(30)
+    assert page.evaluate(
+        "() => { const p = document.getElementById('chart-bars').parentElement; return p.scrollWidth > p.clientWidth; }"
+    ), "30 bars are more than the plot shows"
+    assert newest_in_view(page), "the bars that came as the reply ran stayed in view"
+    page.reload()
+    expect(page.locator("#chart .chart-bar")).to_have_count(30)
+    page.wait_for_function("() => document.getElementById('chart-bars').parentElement.scrollLeft > 0")
+    assert newest_in_view(page), "the page opens at the newest bars"
+    page.evaluate("() => { document.getElementById('chart-bars').parentElement.scrollLeft = 0; }")
+    world.model.push(Step(text="Again."))
+    send(page, "Once more")
+    expect(page.locator("#chart .chart-bar")).to_have_count(31)
+    assert page.evaluate("() => document.getElementById('chart-bars').parentElement.scrollLeft") == 0, (
+        "a person who scrolled back to older bars is left there"
+    )
