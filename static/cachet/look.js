@@ -270,6 +270,35 @@
     else if (event.key === "Escape" && document.querySelector(".chart-bar.chosen")) hideFigures();
   });
 
+  // --- a header menu opens where it can be read: a panel that would pass the window's right edge is aligned to
+  // its summary's right (or to the window where that is not enough), and a menu opened from below (Retry with
+  // another model…, the header scrolled away) is brought into view ------------------------------------------
+  var MARGIN = 8;
+  function placePanel(menu) {
+    var panel = menu.querySelector(":scope > .export-choices, :scope > .model-choices");
+    if (!panel || getComputedStyle(panel).position === "fixed") return;  // the phone's panels span the screen
+    panel.style.left = "";
+    panel.style.right = "";
+    var box = panel.getBoundingClientRect();
+    if (box.right > window.innerWidth - MARGIN) {
+      panel.style.left = "auto";
+      panel.style.right = "0";
+      box = panel.getBoundingClientRect();
+      if (box.left < MARGIN) panel.style.right = (box.left - MARGIN) + "px";
+    }
+    box = menu.getBoundingClientRect();
+    if (box.top < 0) menu.scrollIntoView({ block: "start" });
+  }
+  document.addEventListener("toggle", function (event) {
+    var menu = event.target;
+    if (menu && menu.open && menu.matches && menu.matches(".chat-head details")) placePanel(menu);
+  }, true);
+  // The model menu fills in once its server has answered: placed again then.
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var menu = event.target && event.target.closest ? event.target.closest(".chat-head details[open]") : null;
+    if (menu) placePanel(menu);
+  });
+
   // --- the chart folds to its summary line; the server draws it as it was left (a cookie) ------------------
   document.addEventListener("toggle", function (event) {
     var fold = event.target;

@@ -382,3 +382,39 @@ def test_the_chart_opens_at_its_newest_bars_and_keeps_them_in_view(browser: Brow
     assert page.evaluate("() => document.getElementById('chart-bars').parentElement.scrollLeft") == 0, (
         "a person who scrolled back to older bars is left there"
     )
+
+
+def test_menus_open_in_view_and_the_header_and_box_stay_in_a_long_session(browser: Browser, world: World) -> None:
+    """At 1280 px Settings, Share and Export ran off the right edge (Temperature and the Copy button out of reach),
+    "Retry with another model…" opened its menu in a header scrolled off the top, and the header and the message
+    box scrolled away in a long session."""
+    long_text = "\n\n".join(f"Paragraph {n}: " + LONG_REPLY for n in range(12))
+    world.model.push(Step(text=long_text), Step(text=long_text), Step(fault="http500"))
+    page = browser.page("ada", viewport={"width": 1280, "height": 800})
+    start_session(page)
+    send(page, "Tell me a lot")
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
+    wait_idle(page)
+    send(page, "And more")
+    expect(page.locator("#turn-2")).to_have_attribute("data-status", "done")
+    wait_idle(page)
+    page.evaluate("() => window.scrollTo(0, document.body.scrollHeight / 2)")
+
+    def box(selector: str) -> dict[str, float]:
+        return dict(page.locator(selector).bounding_box() or {})
+
+    head, dock = box(".chat-head"), box(".dock")
+    assert head["y"] >= -1 and dock["y"] + dock["height"] <= 801, (head, dock)
+    for menu in ("#settings-menu", "#share-menu", "#export-menu"):
+        page.click(f"{menu} > summary")
+        panel = box(f"{menu} > .export-choices")
+        assert panel["x"] >= 0 and panel["x"] + panel["width"] <= 1280, (menu, panel)
+        page.click(f"{menu} > summary")
+    send(page, "Once more")
+    expect(page.locator("#turn-3 .retry-other")).to_be_visible()
+    wait_idle(page)
+    page.evaluate("() => window.scrollTo(0, document.body.scrollHeight)")
+    page.locator("#turn-3 .retry-other").click()
+    expect(page.locator("#model-control")).to_have_attribute("open", "")
+    choices = box("#model-control > .model-choices")
+    assert 0 <= choices["y"] < 800 and choices["x"] + choices["width"] <= 1280, choices
