@@ -26,7 +26,7 @@ from chat.web.publish import ask_live, publish
 from chat.web.socket_store import store_call
 from chat.web.sync import PageState, catch_up
 from sessions_app.errors import ReplyInProgress, WorkspaceRefused
-from sessions_app.models import ChatSession
+from sessions_app.models import ChatSession, Mode
 from sessions_app.selectors.sessions import session_get, workspace_refusal
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_model_switch, session_set_mode
@@ -189,6 +189,10 @@ def _flip(frame: Frame) -> FlipChoice | Notice:
     if number is None:
         return Notice("Switching branches needs the number of a turn.")
     return FlipChoice(turn=number)
+
+
+def _commands_allowed(session: ChatSession) -> bool:
+    return bool(session.workspace.allow_commands)
 
 
 def _mode_choice(frame: Frame) -> ModeChoice:
@@ -432,7 +436,13 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.notice(str(error))
             return
         await publish(wire.mode_set_message(self.session_id, mode=session.mode))
-        await self.notice(f"Mode {session.mode}: it takes effect as a note on your next message.", level="info")
+        text = f"Mode {session.mode}: it takes effect as a note on your next message."
+        if session.mode == Mode.FULL and not await store_call(_commands_allowed)(session):
+            text += (
+                " Commands are off in this workspace, so the model reads and edits files but runs nothing; staff allow "
+                "commands per workspace in the admin."
+            )
+        await self.notice(text, level="info")
 
     async def change_model(self, choice: ModelChoice, session: ChatSession) -> None:
         """Move the session to another endpoint or model, between replies; every tab of it shows the change."""

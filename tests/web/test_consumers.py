@@ -507,6 +507,13 @@ async def test_mode_size_and_malformed_messages(
     await until(watcher, theirs, lambda m: any(op.get("id") == "mode-control" for op in m.get("ops", [])))
     assert '<option value="plan" selected>' in theirs.puts["mode-control"]
     assert (await database_sync_to_async(ChatSession.objects.get)(pk=live_session.pk)).mode == "plan"
+    await database_sync_to_async(
+        lambda: Workspace.objects.filter(pk=live_session.workspace_id).update(allow_commands=False)
+    )()
+    await communicator.send_json_to({"type": "mode", "mode": "full"})
+    await until(communicator, got, lambda m: "Mode full: it takes effect" in json.dumps(m))
+    assert "Commands are off in this workspace, so the model reads and edits files but runs nothing" in got.raw[-1]
+    await until(watcher, theirs, lambda m: "full (no commands in this workspace)" in json.dumps(m))
     await communicator.send_json_to({"type": "mode", "mode": "root"})
     await until(communicator, got, lambda m: "Unknown mode" in json.dumps(m))
     await communicator.send_json_to({"type": "send", "text": "x" * 2000})
