@@ -83,7 +83,9 @@ def test_the_session_list_shows_only_ones_own_sessions_newest_first(
     assert html.index(f'id="session-{older.pk}"') < html.index(f'id="session-{newer.pk}"')
     assert "What is in the workspace?" in html
     assert "New session" in html
-    assert "Delete “New session” and everything stored with it?" in html, "the name the list shows"
+    assert "Delete “New session”? It leaves your lists, searches and links; staff can still see it in the admin." in (
+        html
+    ), "the name the list shows, and what Delete does (the session is kept)"
     assert f"Session {newer.pk}" not in html
     assert "0 minutes ago" not in html and re.search(r">(now|a second ago|\d+ seconds ago)</time>", html), "just used"
 
