@@ -56,6 +56,8 @@ from sessions_app.types import PendingBreak
 BATCH = 500
 T = TypeVar("T")
 CHANGE_FIELDS = tuple(field.name for field in fields(FileChange))
+IMPORTED = " (imported)"
+TITLE_LENGTH = 200  # ChatSession.title's max_length
 _ACTIONS: dict[str, Literal["update", "create", "delete"]] = {
     "update": "update",
     "create": "create",
@@ -469,6 +471,8 @@ def _bulk(model: type[Any], rows: list[Any], field: str) -> None:
 def _store(imported: _Imported, *, owner: User, workspace: Workspace, endpoint: ModelEndpoint) -> ChatSession:
     session = imported.session
     created_at = session.created_at
+    if ChatSession.objects.filter(owner=owner, title=session.shown_title, deleted_at__isnull=True).exists():
+        session.title = f"{session.shown_title[: TITLE_LENGTH - len(IMPORTED)]}{IMPORTED}"  # not two of one name
     session.owner = owner
     session.workspace = workspace
     session.endpoint = endpoint

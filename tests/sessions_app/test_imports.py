@@ -389,3 +389,18 @@ def test_a_field_whose_name_is_no_name_is_refused_at_its_object(
     with pytest.raises(ImportRejected) as caught:
         session_import(owner=other_user, workspace=live_session.workspace, raw=json.dumps(data).encode())
     assert str(caught.value).startswith(f'results[{change[0]}].changed_files[0]: "" is not a field of this object')
+
+
+def test_an_import_beside_the_session_it_came_from_is_named_apart(
+    live_session: ChatSession, model: ScriptedServer
+) -> None:
+    """Imported by the person who has the original, a session kept its title, and the list showed two entries of
+    one name; it is named apart. Imported by another person, or after the original is deleted, it keeps it."""
+    original = chatted(live_session, model)
+    ChatSession.objects.filter(pk=original.pk).update(title="Parser notes")
+    original.refresh_from_db()
+    raw = "".join(export_chunks(original, exported_at=WHEN)).encode()
+    again = session_import(owner=original.owner, workspace=original.workspace, raw=raw)
+    assert (original.title, again.title) == ("Parser notes", "Parser notes (imported)")
+    ChatSession.objects.filter(pk__in=[original.pk, again.pk]).update(deleted_at=WHEN)
+    assert session_import(owner=original.owner, workspace=original.workspace, raw=raw).title == "Parser notes"
