@@ -11,6 +11,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -287,7 +288,10 @@ def session_rename_view(request: HtmxHttpRequest, session_id: int) -> HttpRespon
     if form.is_valid():
         session = session_rename(session=session, title=form.cleaned_data["title"])
     if _from_sidebar(request):
-        return sidebar_again(request, current=request.POST.get("current", ""))
+        response = sidebar_again(request, current=request.POST.get("current", ""))
+        if request.POST.get("current") == str(session.pk):  # the page's own session: its heading too
+            response.content += render_to_string("chat/_title.html", {"session": session, "oob": True}).encode()
+        return response
     if request.htmx:
         return render(request, "chat/_session_item.html", {"session": session})
     return redirect("home")

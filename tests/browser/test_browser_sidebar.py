@@ -72,6 +72,11 @@ def test_new_chat_stores_a_session_with_its_first_message_and_the_sidebar_manage
     older.get_by_label(re.compile("New title")).fill("The notes")
     older.get_by_role("button", name="Rename").click()
     expect(page.locator(f"#side-{first} > a")).to_have_text(re.compile("The notes$"))
+    newer = page.locator(f"#side-{second}")  # the session on the screen: its heading follows a rename
+    newer.locator(".item-menu summary").click()
+    newer.get_by_label(re.compile("New title")).fill("Another one")
+    newer.get_by_role("button", name="Rename").click()
+    expect(page.locator("#session-title")).to_have_text("Another one")
     newer = page.locator(f"#side-{second}")
     newer.locator(".item-menu summary").click()
     newer.get_by_role("button", name="Archive").click()
