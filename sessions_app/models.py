@@ -407,6 +407,9 @@ class RequestStatus(models.TextChoices):
     FAILED = "failed", "failed"
 
 
+STOPPED = "Stopped."  # the error of a request, and of a turn, that the person stopped
+
+
 class ModelRequest(models.Model):
     """One request to a model: written before it is sent, completed after."""
 

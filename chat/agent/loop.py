@@ -78,7 +78,7 @@ from sessions_app import prompts
 from sessions_app.errors import EmptySummary, NotAMember, StoreError, WorkspaceRefused, person_message
 from sessions_app.hygiene import PriorResult
 from sessions_app.hygiene.config import ContextConfig
-from sessions_app.models import BreakCause, ChatSession, ModelRequest, RequestKind, Result, Turn
+from sessions_app.models import STOPPED, BreakCause, ChatSession, ModelRequest, RequestKind, Result, Turn
 from sessions_app.selectors.requests import (
     BuiltRequest,
     PreviousRequest,
@@ -105,7 +105,6 @@ from sessions_app.types import StoredCall
 logger = logging.getLogger(__name__)
 
 DRAFT_SECONDS = 1.0
-STOPPED = "Stopped."
 DATABASE_LOST = "The database went away during the reply; what it had written is kept. Send again or regenerate."
 _NOTHING_TO_CHECK = (BreakCause.FIRST, BreakCause.MODEL_CHANGE, BreakCause.RESTART)
 

@@ -22,7 +22,7 @@ from html import escape
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from sessions_app.models import BreakCause, ModelRequest, Moved, RequestStatus, Turn
+from sessions_app.models import STOPPED, BreakCause, ModelRequest, Moved, RequestStatus, Turn
 from sessions_app.selectors.totals import RequestTotals
 
 HEIGHT = 100.0
@@ -108,9 +108,16 @@ class Bar:
             lines.append(f"cache miss: {self.miss_label}")
         else:
             lines.append("cache miss: not checked (the server offers no template and tokenizer to check with)")
-        if request.status == RequestStatus.FAILED:
+        if stopped(request):
+            lines.append("stopped: the person stopped the reply")
+        elif request.status == RequestStatus.FAILED:
             lines.append(f"failed: {request.error}")
         return "\n".join(lines)
+
+
+def stopped(request: ModelRequest) -> bool:
+    """Whether the request ended because the person stopped its reply (stored as failed, with ``Stopped.``)."""
+    return request.status == RequestStatus.FAILED and request.error == STOPPED
 
 
 @functools.cache
@@ -209,7 +216,8 @@ def bar_html(bar: Bar, *, window: int, auto_at: float) -> SafeString:
             f'y="{prompt_top:.2f}" width="14" height="{cached_top - prompt_top:.2f}"/>'
         )
     if request.status == RequestStatus.FAILED:
-        parts.append(f'<rect class="failed" x="3" y="{HEIGHT - 2}" width="14" height="2"/>')
+        ended = "stopped" if stopped(request) else "failed"  # a Stop is the person's, not a fault: not red
+        parts.append(f'<rect class="{ended}" x="3" y="{HEIGHT - 2}" width="14" height="2"/>')
     if request.time_to_first_token is not None:
         y = f"{ttft_y(request.time_to_first_token):.2f}"
         if bar.previous_ttft is not None:

@@ -274,3 +274,18 @@ def test_the_highlighting_stylesheet_is_what_pygments_css_makes_with_dark_colour
     assert ".md pre .k { color: #008000; font-weight: bold }" in rules
     assert ':root[data-theme="dark"] .md pre .k { color: #FF7B72 }' in rules
     assert '@media (prefers-color-scheme: dark) {\n  :root:not([data-theme="light"]) .md pre span' in rules
+
+
+def test_a_request_the_person_stopped_is_not_drawn_as_failed() -> None:
+    """A Stop is the person's, not a fault: its bar has no red mark and its card says it was stopped."""
+    stopped = bar_html(
+        bars_of([make_request(9, status=RequestStatus.FAILED, error="Stopped.")])[0], window=2400, auto_at=0.8
+    )
+    failed = bar_html(
+        bars_of([make_request(10, status=RequestStatus.FAILED, error="Cannot reach the model server.")])[0],
+        window=2400,
+        auto_at=0.8,
+    )
+    assert 'class="stopped"' in stopped and 'class="failed"' not in stopped
+    assert "stopped: the person stopped the reply" in stopped and "failed:" not in stopped
+    assert 'class="failed"' in failed and "failed: Cannot reach the model server." in failed
