@@ -41,10 +41,12 @@ def session_settings_view(request: HttpRequest, session_id: int) -> HttpResponse
         return settings_fragment(request, session, form=form, error="Nothing was saved: see below.")
     action = request.POST.get("action", "save")
     data = form.cleaned_data
+    shown = request.POST.copy()  # the box as it was typed, for the actions that save nothing of the session
     try:
         if action == "save_preset":
             preset = preset_save(owner=session.owner, name=data["preset_name"], text=form.chosen_instructions())
             said = f"Kept as the preset “{preset.name}”."
+            shown["preset"] = str(preset.pk)  # the list shows the preset just kept, not "—"
         elif action == "delete_preset":
             chosen = preset_get(owner=request.user, preset_id=data["preset"]) if data["preset"] else None
             if chosen is None:
@@ -66,4 +68,4 @@ def session_settings_view(request: HttpRequest, session_id: int) -> HttpResponse
     if action == "save":
         return settings_fragment(request, session, said=said)
     # the box keeps what was typed, not saved yet; the presets are read again
-    return settings_fragment(request, session, form=SessionSettingsChangeForm(request.POST, session=session), said=said)
+    return settings_fragment(request, session, form=SessionSettingsChangeForm(shown, session=session), said=said)

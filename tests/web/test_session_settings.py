@@ -68,6 +68,11 @@ def test_presets_are_ones_own_fill_the_instructions_and_start_new_chats(
     assert kept.status_code == 302 and InstructionPreset.objects.get(owner=user).text == "Answer in French."
     unnamed = ada.post(url, {"action": "save_preset", "instructions": "x"}, headers=HTMX).content.decode()
     assert "Name the preset." in unnamed
+    brief = {"action": "save_preset", "preset_name": "Brief", "instructions": "Be brief.", "preset": ""}
+    shown = ada.post(url, brief, headers=HTMX).content.decode()
+    kept_brief = InstructionPreset.objects.get(owner=user, name="Brief")
+    assert re.search(rf'<option value="{kept_brief.pk}"[^>]* selected', shown), "the list shows it, not '—'"
+    kept_brief.delete()
     InstructionPreset.objects.create(owner=other_user, name="Bob's", text="Bob's secret way")
     for page in (f"/sessions/{chat_session.pk}/", "/sessions/new"):
         html = ada.get(page).content.decode()
