@@ -221,7 +221,9 @@ class NewSessionForm(_ModelChoiceForm, SessionSettingsForm):
         field = self.fields["workspace"]
         assert isinstance(field, forms.ModelChoiceField)
         last = self.last.workspace_id if self.last is not None else None
-        usable = last is not None and field.queryset is not None and field.queryset.filter(pk=last).exists()
+        queryset = field.queryset
+        # a folder named from a shell (``ask --workspace``) is that command's, not the browser's next default
+        usable = last is not None and queryset is not None and queryset.filter(pk=last, from_shell=False).exists()
         field.initial = last if usable else workspace.pk
         if self.last is not None:
             self.fields["mode"].initial = self.last.mode
@@ -229,9 +231,14 @@ class NewSessionForm(_ModelChoiceForm, SessionSettingsForm):
     def offer_default(self, found: Sequence[EndpointModels]) -> None:
         """Offer the models of ``found`` with the model of the person's last session chosen, else the default
         endpoint's."""
-        if self.last is not None and any(item.endpoint.pk == self.last.endpoint_id for item in found):
+        last = next((item for item in found if self.last and item.endpoint.pk == self.last.endpoint_id), None)
+        if (
+            self.last is not None
+            and last is not None
+            and (not last.listing.listed or self.last.model_name in last.names)
+        ):
             self.offer(found, current=(self.last.endpoint_id, self.last.model_name))
-            return
+            return  # the last session's model, where its server still offers it (or does not say)
         default = endpoint_default()
         preferred = next((item.preferred for item in found if default and item.endpoint.pk == default.pk), "")
         self.offer(found, current=(default.pk, preferred) if default and preferred else None)

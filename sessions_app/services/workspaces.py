@@ -94,22 +94,28 @@ class ShellFolderRefused(StoreError):
 
 
 @transaction.atomic
+def _shell_name(folder: Path) -> str:
+    """The folder's own name ("repo"), numbered where another workspace has it ("repo 2")."""
+    base = (folder.name or "workspace")[:90]
+    taken = set(Workspace.objects.filter(name__startswith=base).values_list("name", flat=True))
+    return next(name for name in (base, *(f"{base} {n}" for n in range(2, 10_000))) if name not in taken)
+
+
 def workspace_from_shell(*, user: User, folder: Path) -> Workspace:
     """The workspace of a folder someone with a shell on the server named (``ask --workspace``): ``folder``
     (resolved, checked by the folder rules with ``anywhere``) may lie outside ``CACHET_WORKSPACE_ROOTS``. Made
-    where missing, named "USER:FOLDER", with ``user`` its member; refused where it nests with another workspace's
-    folder, or its name is taken by a workspace ``user`` may not use."""
+    where missing, named by the folder's own name, with ``user`` its member; refused where it nests with another
+    workspace's folder, or where a workspace of that folder from a shell is one ``user`` may not use."""
     workspace_folders_lock()
-    name = f"{user.get_username()}:{folder}"[:100]
-    found = Workspace.objects.filter(name=name).first()
+    found = Workspace.objects.filter(folder=str(folder), from_shell=True).first()
     if found is not None:
-        if found.folder != str(folder) or not found.members.filter(pk=user.pk).exists():
+        if not found.members.filter(pk=user.pk).exists():
             person = user.get_username()
-            raise ShellFolderRefused(f"The workspace {name!r} exists and is not one {person} may use here.")
+            raise ShellFolderRefused(f"The workspace {found.name!r} exists and is not one {person} may use here.")
         return found
     refusal = workspace_nesting(folder=folder)
     if refusal:
         raise ShellFolderRefused(f"Cachet may not use {folder} as a workspace: {refusal}.")
-    workspace = Workspace.objects.create(name=name, folder=str(folder), from_shell=True)
+    workspace = Workspace.objects.create(name=_shell_name(folder), folder=str(folder), from_shell=True)
     workspace.members.add(user)
     return workspace

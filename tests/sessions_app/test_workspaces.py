@@ -98,6 +98,9 @@ def test_workspaces_never_nest_wherever_they_are_made(user: Any, tmp_path: Path,
     made = workspace_from_shell(user=user, folder=projects / "b")
     assert (made.from_shell, list(made.members.all()), made.open_to_everyone) == (True, [user], False)
     assert workspace_from_shell(user=user, folder=projects / "b") == made
+    assert made.name == "b", "named by the folder's own name, not its full path"
+    Workspace.objects.create(name="c", folder=str(tmp_path / "elsewhere" / "c"))
+    assert workspace_from_shell(user=user, folder=projects / "c").name == "c 2", "numbered where the name is taken"
 
 
 @pytest.mark.django_db

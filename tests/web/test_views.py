@@ -142,6 +142,26 @@ def test_new_session_starts_in_ones_own_workspace_then_as_the_last_session_was(
     ), "the last session's model"
 
 
+def test_new_chat_does_not_start_from_a_model_gone_from_its_server_or_a_folder_named_from_a_shell(
+    ada: Client, user: Any, workspace: Workspace, tmp_path: Path
+) -> None:
+    """New chat preselected the last session's model though its server no longer listed it, and the workspace of a
+    folder ``ask --workspace`` had named, as the browser's default."""
+    with ScriptedServer(model="alpha", listed=["alpha", "beta"]) as server:
+        default = ModelEndpoint.objects.create(name="default", base_url=server.base_url)
+        shell = Workspace.objects.create(name="repo", folder=str(tmp_path / "repo"), from_shell=True)
+        shell.members.add(user)
+        session_start(owner=user, workspace=shell, endpoint=default, model_name="gone-model", tools=[])
+        html = ada.get("/sessions/new").content.decode()
+        chosen = [value for options in options_of(html, "endpoint").values() for value, _, on in options if on]
+        assert chosen == [f"{default.pk}:alpha"], "the default endpoint's model, not one its server no longer lists"
+        assert f'<option value="{shell.pk}" selected>' not in html and f'<option value="{shell.pk}">' in html
+        session_start(owner=user, workspace=workspace, endpoint=default, model_name="beta", tools=[])
+        html = ada.get("/sessions/new").content.decode()
+        chosen = [value for options in options_of(html, "endpoint").values() for value, _, on in options if on]
+        assert chosen == [f"{default.pk}:beta"] and f'<option value="{workspace.pk}" selected>' in html
+
+
 def test_new_session_asks_the_server_for_a_model_when_the_endpoint_names_none(
     ada: Client, user: Any, workspace: Workspace, model: ScriptedServer
 ) -> None:
