@@ -340,8 +340,8 @@ def session_delete_view(request: HtmxHttpRequest, session_id: int) -> HttpRespon
         if request.POST.get("current") == str(session.pk):
             return HttpResponse(status=204, headers={"HX-Redirect": reverse("home")})  # the page shown is gone
         return sidebar_again(request, current=request.POST.get("current", ""))
-    if request.htmx:
-        return HttpResponse("")
+    if request.htmx:  # the list's row goes; so does the sidebar's, on the same page
+        return HttpResponse(f'<li id="side-{session.pk}" hx-swap-oob="delete"></li>')
     return redirect("home")
 
 

@@ -83,8 +83,10 @@ def test_log_in_list_rename_delete_log_out(browser: Browser, world: World) -> No
     expect(page.locator(f"#session-{session_id} .title")).to_have_text("Reading the notes")
     screenshot(page, "sessions")
     page.once("dialog", lambda dialog: dialog.accept())
+    expect(page.locator(f"#side-{session_id}")).to_have_count(1)
     page.locator(f"#session-{session_id} button.danger").click()
     expect(page.locator(f"#session-{session_id}")).to_have_count(0)
+    expect(page.locator(f"#side-{session_id}")).to_have_count(0)  # the sidebar on the same page too
     assert in_thread(lambda: ChatSession.objects.get(pk=session_id).deleted_at is not None), "hidden, kept"
     page.click("#logout")
     expect(page).to_have_url(re.compile(r"/login/"))

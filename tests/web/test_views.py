@@ -385,7 +385,8 @@ def test_deleting_a_session_hides_it_and_keeps_everything_stored(
         busy = ada.post(url)
     assert busy.status_code == 409 and ChatSession.objects.exists()
     response = ada.post(url, headers={"HX-Request": "true"})
-    assert response.status_code == 200 and response.content == b""
+    assert response.status_code == 200
+    assert response.content == f'<li id="side-{live_session.pk}" hx-swap-oob="delete"></li>'.encode()
     assert f'id="session-{live_session.pk}"' not in ada.get("/").content.decode()
     for page in (f"/sessions/{live_session.pk}/", f"/sessions/{live_session.pk}/results/1/"):
         assert ada.get(page).status_code == 404, page
