@@ -379,6 +379,28 @@
     if (queued) waitNote("Reconnecting… your message is sent as soon as the page is connected again.");
   });
 
+  // Rewind here takes back this turn and every later one, and with "restore files" puts back what they changed:
+  // asked first, naming both.
+  document.addEventListener("click", function (event) {
+    var button = event.target && event.target.closest ? event.target.closest("button.rewind") : null;
+    if (!button) return;
+    var article = button.closest("article.turn");
+    var turns = [];
+    for (var turn = article; turn; turn = turn.nextElementSibling) {
+      if (turn.matches("article.turn")) turns.push(turn.querySelector(".turn-no").textContent.replace("turn ", ""));
+    }
+    var restore = document.getElementById("restore-files");
+    var taken = turns.length === 1 ? "turn " + turns[0] : turns.length + " turns (" + turns[0] + " to " +
+      turns[turns.length - 1] + ")";
+    var files = restore && restore.checked ?
+      " The files they changed are put back as they were, where nobody changed them since." :
+      " The files they changed stay as they are (tick “restore files” to put them back).";
+    if (!window.confirm("Rewind here? This takes back " + taken + "." + files)) {
+      event.preventDefault();
+      event.stopImmediatePropagation();
+    }
+  }, true);
+
   // A chart drawn folded, or behind the phone's tab, has no width at load: it goes to its newest bars as it opens.
   document.addEventListener("toggle", function (event) {
     if (event.target && event.target.id === "chart-fold" && event.target.open) plotToEnd();

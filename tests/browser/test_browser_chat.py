@@ -201,6 +201,15 @@ def test_undo_rewind_and_regenerate(browser: Browser, world: World) -> None:
     # rewind to turn 1, restoring files: new.txt goes, app.py was changed since, so it is a conflict
     (world.folder / "app.py").write_text("changed by a person\n")
     page.check("#restore-files")
+    asked: list[str] = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    page.locator("#turn-1 .rewind").click()  # dismissed: nothing is taken back
+    expect(page.locator("#turn-1")).to_have_count(1)
+    assert asked == [
+        "Rewind here? This takes back 2 turns (1 to 2). The files they changed are put back as they were, where "
+        "nobody changed them since."
+    ], asked
+    page.once("dialog", lambda dialog: dialog.accept())
     page.locator("#turn-1 .rewind").click()
     expect(page.locator("#transcript article")).to_have_count(0)
     expect(page.locator("#composer-text")).to_have_value("Change the files")
