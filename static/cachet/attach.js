@@ -30,6 +30,37 @@
     return "pasted-" + stamp + "." + extension;
   }
 
+  // A file of that name is in the workspace: replace it, keep both, or attach nothing (Esc too).
+  function askClash(taken) {
+    return new Promise(function (resolve) {
+      var dialog = document.createElement("dialog");
+      dialog.className = "clash-dialog";
+      dialog.setAttribute("aria-label", "A file of that name is in the workspace");
+      var text = document.createElement("p");
+      text.textContent = taken.path + " is already in the workspace.";
+      dialog.appendChild(text);
+      var row = document.createElement("div");
+      row.className = "clash-actions";
+      [["replace", "Replace it"], ["keep_both", "Keep both (the new one as " + taken.free + ")"],
+        ["", "Don't attach"]].forEach(function (pair) {
+        var button = document.createElement("button");
+        button.type = "button";
+        button.textContent = pair[1];
+        if (pair[0] === "replace") button.className = "primary";
+        button.addEventListener("click", function () { dialog.close(pair[0]); });
+        row.appendChild(button);
+      });
+      dialog.appendChild(row);
+      dialog.addEventListener("close", function () {
+        var choice = dialog.returnValue;
+        dialog.remove();
+        resolve(choice);
+      });
+      document.body.appendChild(dialog);
+      dialog.showModal();
+    });
+  }
+
   function send(file, name, choice) {
     var place = dock();
     var limit = parseInt(place.dataset.attachMax, 10) || 0;
@@ -48,8 +79,10 @@
     }).then(function (response) {
       if ((response.headers.get("content-type") || "").indexOf("application/json") === 0) {
         return response.json().then(function (taken) {
-          var replace = window.confirm(taken.path + " is already in the workspace.\n\nOK replaces it; Cancel keeps both (the new one as " + taken.free + ").");
-          return send(file, name, replace ? "replace" : "keep_both");
+          return askClash(taken).then(function (choice) {
+            if (!choice) { say(name + " was not attached."); return; }
+            return send(file, name, choice);
+          });
         });
       }
       return response.text().then(function (text) {

@@ -200,10 +200,16 @@ def test_attach_by_button_paste_and_drop_then_the_message_says_what_arrived(brow
     (world.folder / "notes.md").write_text("the workspace's own\n")
     page = browser.page("ada")
     start_session(page)
-    page.locator("#attach-input").set_input_files(
-        [{"name": "notes.md", "mimeType": "text/markdown", "buffer": b"attached\n"}]
-    )
-    page.once("dialog", lambda dialog: dialog.dismiss())  # Cancel: keep both
+    clashing = [{"name": "notes.md", "mimeType": "text/markdown", "buffer": b"attached\n"}]
+    page.locator("#attach-input").set_input_files(clashing)
+    clash = page.get_by_role("dialog", name="A file of that name is in the workspace")
+    expect(clash).to_contain_text("notes.md is already in the workspace.")
+    clash.get_by_role("button", name="Don't attach").click()  # the way out the browser's confirm had not
+    expect(page.locator("#attachments")).to_contain_text("notes.md was not attached.")
+    expect(clash).to_have_count(0)
+    page.locator("#attach-input").set_input_files([])
+    page.locator("#attach-input").set_input_files(clashing)
+    clash.get_by_role("button", name=re.compile(r"^Keep both \(the new one as notes \(2\)\.md\)$")).click()
     expect(page.locator("#attachments .attached-file")).to_have_count(1)
     expect(page.locator("#attachments")).to_contain_text("notes (2).md")
     page.evaluate(PASTE, ["#composer-text", "paste"])
