@@ -29,6 +29,7 @@ from sessions_app.models import (
     TakenBackBy,
     Turn,
     TurnStatus,
+    Upload,
 )
 from sessions_app.selectors.sessions import compactions, turn_position
 
@@ -234,6 +235,7 @@ class TurnView:
     is_last: bool = False
     draft: StepDraft | None = None
     siblings: tuple[int, ...] = ()  # the stored numbers of the turns that share its parent, itself among them
+    uploads: tuple[Upload, ...] = ()  # the files attached with the message
 
     @property
     def order(self) -> int:
@@ -386,7 +388,8 @@ def step_view(step: Step, results: Iterable[Result]) -> StepView:
 
 
 def turn_views(turns: Sequence[Turn], *, running: bool, last_number: int | None) -> list[TurnView]:
-    """Views of ``turns`` with their steps, results and drafts in three queries, whatever their number."""
+    """Views of ``turns`` with their steps, results, drafts and attached files in four queries, whatever their
+    number."""
     ids = [turn.pk for turn in turns]
     steps: dict[int, list[Step]] = {}
     for step in Step.objects.filter(turn_id__in=ids).order_by("turn_id", "number"):
@@ -396,6 +399,10 @@ def turn_views(turns: Sequence[Turn], *, running: bool, last_number: int | None)
         assert result.step_id is not None
         results.setdefault(result.step_id, []).append(result)
     drafts = {draft.turn_id: draft for draft in StepDraft.objects.filter(turn_id__in=ids).order_by("number")}
+    uploads: dict[int, list[Upload]] = {}
+    for upload in Upload.objects.filter(turn_id__in=ids).order_by("id"):
+        assert upload.turn_id is not None
+        uploads.setdefault(upload.turn_id, []).append(upload)
     siblings = _siblings(turns)
     return [
         TurnView(
@@ -405,6 +412,7 @@ def turn_views(turns: Sequence[Turn], *, running: bool, last_number: int | None)
             is_last=turn.number == last_number,
             draft=drafts.get(turn.pk),
             siblings=siblings.get(turn.parent_id, (turn.number,)),
+            uploads=tuple(uploads.get(turn.pk, ())),
         )
         for turn in turns
     ]
@@ -494,8 +502,8 @@ def ended_turn(
 
 
 def started_turn(turn: Turn) -> TurnView:
-    """The view of a turn whose reply just started: the last live turn, with no step, result or draft yet (one
-    query, for the turns beside it)."""
+    """The view of a turn whose reply just started: the last live turn, with no step, result or draft yet (two
+    queries: the turns beside it, and the files attached with its message)."""
     siblings = _siblings([turn])
     return TurnView(
         turn=turn,
@@ -504,4 +512,5 @@ def started_turn(turn: Turn) -> TurnView:
         is_last=True,
         draft=None,
         siblings=siblings.get(turn.parent_id, (turn.number,)),
+        uploads=tuple(Upload.objects.filter(turn=turn).order_by("id")),
     )

@@ -226,6 +226,10 @@ def test_attach_by_button_paste_and_drop_then_the_message_says_what_arrived(brow
     send(page, "Here is a screenshot")
     expect(page.locator("#turn-1 .reply")).to_have_text("Got it.")
     expect(page.locator("#attachments .attached-file")).to_have_count(0)
+    shown = re.compile(r"^Attached: pasted-\d{8}-\d{6}\.png \(8\xa0bytes\), image\.png \(8\xa0bytes\)$")
+    expect(page.locator("#turn-1 .attached-with")).to_have_text(shown)  # the message keeps its files
+    page.reload()
+    expect(page.locator("#turn-1 .attached-with")).to_have_text(shown)
     said = json.loads(world.model.requests[-1])["messages"][-1]["content"]
     assert re.search(r"\n\nUploaded: pasted-\d{8}-\d{6}\.png, 8 bytes; image\.png, 8 bytes\.\n</note>$", said)
 
