@@ -25,7 +25,7 @@ from django.utils import timezone
 from chat.agent import server_api, windows
 from sessions_app import prompts
 from sessions_app.models import ChatSession, LastRequest, ModelEndpoint, ModelRequest, RequestStatus
-from sessions_app.selectors.requests import BuiltRequest
+from sessions_app.selectors.requests import BuiltRequest, build_request
 from sessions_app.services.requests import shared_prefix_bytes
 from sessions_app.services.setup import endpoint_window_forget, endpoint_window_record
 
@@ -223,6 +223,26 @@ class RequestCounter:
 
     def too_large(self, size: CountedSize) -> RequestTooLarge:
         return RequestTooLarge(size.tokens, self.window.tokens, source=self.window.described)
+
+
+def switch_refusal(session: ChatSession, *, endpoint: ModelEndpoint, model_name: str) -> str:
+    """Why the session may not move to ``model_name`` on ``endpoint``: its conversation, as its next request would
+    carry it, would not fit that window as last read (estimated from the session's own bytes per token), so on
+    that model it could neither go on nor be compacted; empty where it fits."""
+    window = window_of(endpoint)
+    counter = RequestCounter(session, window=window)
+    built = build_request(session, current=None, model_name=model_name)
+    size = CountedSize(counter.estimate(built.body), "estimate")
+    if counter.fits(size):
+        return ""
+    return prompts.loop_settings().switch_too_small_text.format(
+        model=model_name,
+        endpoint=endpoint.name,
+        needed=f"{size.tokens:,}",
+        window=f"{window.tokens:,}",
+        source=window.described,
+        current=session.model_name,
+    )
 
 
 def estimate_tokens(body: bytes, *, last_body: bytes, last_tokens: int, bytes_per_token: float) -> int:

@@ -19,6 +19,7 @@ from django.contrib.sessions.backends.base import SessionBase
 from cachet.pg_layer import LAYER_BACK
 from chat import wire
 from chat.actions import Action, Compact, Edit, Flip, Regenerate, Rewind, Send, Undo
+from chat.agent.budget import switch_refusal
 from chat.web import fragments, queueing, tabs
 from chat.web.forms import model_for, parse_model_choice
 from chat.web.messages import Message, Op, pack
@@ -251,6 +252,9 @@ def _model_change(session: ChatSession, endpoint: object, model: str) -> ChatSes
     model_name = model_for(choice, model)
     if (choice.endpoint.pk, model_name) == (session.endpoint_id, session.model_name):
         return None
+    refusal = switch_refusal(session, endpoint=choice.endpoint, model_name=model_name)
+    if refusal:
+        raise ValueError(refusal)
     return session_model_switch(session=session, endpoint=choice.endpoint, model_name=model_name)
 
 

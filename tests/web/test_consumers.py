@@ -730,6 +730,29 @@ async def test_retry_with_another_model_asks_the_last_message_again_on_it_in_one
     await communicator.disconnect()
 
 
+async def test_a_model_too_small_for_the_conversation_is_refused_before_anything_breaks(
+    live_session: ChatSession, ada_cookie: str, model: ScriptedServer
+) -> None:
+    """Switched to a 4,096-token model, a long session was stuck: Retry was refused with advice to Compact now, and
+    Compact now failed the same way (its own request was the whole conversation). The switch is refused first,
+    the model stays, and the way out (compact here, then switch) works."""
+    model.push(Step(text="A long answer. " * 900))
+    communicator, got = await connected(live_session.pk, ada_cookie)
+    await communicator.send_json_to({"type": "send", "text": "Tell me everything"})
+    await until(communicator, got, idle)
+    small = await database_sync_to_async(ModelEndpoint.objects.create)(
+        name="small", base_url="http://127.0.0.1:9/v1", context_window=2048
+    )
+    frame = {"type": "model", "endpoint": f"{small.pk}:tiny", "model": "", "retry": "1"}
+    await communicator.send_json_to(frame)
+    await until(communicator, got, says("tiny on small cannot take this conversation"))
+    assert "that window is 2,048 tokens, as configured" in got.raw[-1] and "The model stays scripted" in got.raw[-1]
+    session = await database_sync_to_async(ChatSession.objects.get)(pk=live_session.pk)
+    assert (session.endpoint_id, session.model_name) == (live_session.endpoint_id, "scripted")
+    assert len(model.requests) == 1, "nothing was asked again on the model that cannot take it"
+    await communicator.disconnect()
+
+
 def says(text: str) -> Callable[[dict[str, Any]], bool]:
     return lambda message: text in json.dumps(message)
 
