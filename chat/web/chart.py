@@ -273,7 +273,7 @@ def chart_html(bars: Sequence[Bar], *, window: int, auto_at: float, more: int = 
         '<div class="plot">{}<div class="bars" id="chart-bars" data-keep="{}">{}</div>'
         '<p class="empty-chart">No model requests yet.</p></div>'
         '<div class="axis ttft" title="Time to the first token, each step ten times the one below">{}</div></div>'
-        '<p class="axis-titles"><span>prompt, share of the {} token window</span><span>time to first token</span></p>'
+        "{}"
         '<ul class="legend"><li class="l-cached">cached prompt tokens</li><li class="l-uncached">uncached</li>'
         '<li class="l-unknown">cache not reported</li><li class="l-failed">failed request</li>'
         '<li class="l-ttft">time to first token</li><li class="l-threshold">compaction at {} % of the window</li>'
@@ -285,9 +285,19 @@ def chart_html(bars: Sequence[Bar], *, window: int, auto_at: float, more: int = 
         SHOWN_BARS,
         bars_markup,
         ttft_ticks,
-        f"{window:,}",
+        axis_titles(window),
         round(auto_at * 100),
         _legend_marks(),
+    )
+
+
+def axis_titles(window: int) -> SafeString:
+    """The axes' titles, the window the bars are drawn against named: drawn again with each bar, so that a model
+    changed or a server started with another window never leaves the chart naming an old one."""
+    return format_html(
+        '<p class="axis-titles" id="axis-titles"><span>prompt, share of the {} token window</span>'
+        "<span>time to first token</span></p>",
+        f"{window:,}",
     )
 
 

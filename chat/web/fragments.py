@@ -109,6 +109,11 @@ def bar_put(bar: chart.Bar, *, window: int) -> Put:
     return Put(f"bar-{bar.request.pk}", str(html), into="chart-bars", at="end")
 
 
+def axis_put(window: int) -> Put:
+    """The chart's axis titles, with the window the bar just put was drawn against."""
+    return Put("axis-titles", str(chart.axis_titles(window)))
+
+
 def summary_put(totals: RequestTotals) -> Put:
     """The chart's summary line."""
     return Put(

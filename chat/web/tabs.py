@@ -118,11 +118,13 @@ def _turn_started(event: Event) -> list[str]:
     return pack(ops, rev=event["revision"])
 
 
-def _bar_put(event: Event) -> Op:
-    """The bar of the event's request, where the event says it stands (one query)."""
+def _bar_put(event: Event) -> list[Op]:
+    """The bar of the event's request, where the event says it stands, and the axis titles with the window it was
+    drawn against (one query)."""
     request = ModelRequest.objects.select_related("session__endpoint", "turn").get(pk=event["request"])
     bar = chart.Bar(event["bar"], request, event["previous_ttft"])
-    return fragments.bar_put(bar, window=fragments.chart_window(request.session))
+    window = fragments.chart_window(request.session)
+    return [fragments.bar_put(bar, window=window), fragments.axis_put(window)]
 
 
 def _request_finished(event: Event) -> list[str]:
@@ -134,11 +136,11 @@ def _request_finished(event: Event) -> list[str]:
         timed_tokens=event["totals_timed_tokens"],
         timed_seconds=event["totals_timed_seconds"],
     )
-    return pack([_bar_put(event), fragments.summary_put(totals)])
+    return pack([*_bar_put(event), fragments.summary_put(totals)])
 
 
 def _cache_checked(event: Event) -> list[str]:
-    return pack([_bar_put(event)])
+    return pack(_bar_put(event))
 
 
 def _step_stored(event: Event) -> list[str]:

@@ -21,7 +21,7 @@ from chat.agent.loop import ReplyLoop
 from chat.web import chart, fragments, queueing, tabs
 from chat.web.display import row_for_result, single_turn, started_turn
 from chat.web.sync import PageState, catch_up
-from sessions_app.models import ChatSession, Turn
+from sessions_app.models import ChatSession, ModelEndpoint, Turn
 from sessions_app.selectors.requests import finished_requests
 from sessions_app.selectors.totals import session_totals
 from sessions_app.services.turns import step_record, turn_fail, turn_finish, turn_start
@@ -169,3 +169,18 @@ def test_a_finished_request_shows_its_bar_and_the_summary_as_the_chart_page_does
     assert bars[-1].request.pk == finished.request.pk and len(bars) == 3
     assert ops[f"bar-{finished.request.pk}"] == fragments.bar_put(bars[-1], window=fragments.chart_window(session)).html
     assert ops["chart-summary"] == fragments.summary_put(session_totals(session)).html
+    assert ops["axis-titles"] == fragments.axis_put(fragments.chart_window(session)).html
+
+
+def test_each_bar_redraws_the_axis_with_the_window_it_was_drawn_against(
+    scripted_session: ChatSession, scripted: ScriptedServer
+) -> None:
+    """The chart's axis named the window of when the page was drawn; after a server started with another window,
+    or a model change, one screen showed 8,192, 16,384 and 4,096. Each bar now comes with the axis drawn again."""
+    scripted.push(Step(text="One."))
+    ran = run(ReplyLoop(scripted_session).send("hi"))
+    finished = [event for event in ran.events if isinstance(event, RequestFinished)][-1]
+    ModelEndpoint.objects.filter(pk=scripted_session.endpoint_id).update(context_window=4096)
+    shown = _shown(wire.event_message(scripted_session.pk, finished))
+    ops = {op["id"]: op["html"] for message in shown for op in message["ops"]}
+    assert "share of the 4,096 token window" in ops["axis-titles"]
