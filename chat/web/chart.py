@@ -92,19 +92,19 @@ class Bar:
             f"prompt tokens: {_figure(request.prompt_tokens)}",
             "cached tokens: "
             + (_figure(request.cached_tokens) if request.cached_tokens is not None else "not reported"),
-            f"uncached tokens: {self.uncached if request.prompt_tokens is not None else '—'}",
+            f"uncached tokens: {_figure(self.uncached) if request.prompt_tokens is not None else '—'}",
             f"completion tokens: {_figure(request.completion_tokens)}",
             f"time to first token: {_seconds(request.time_to_first_token)}",
             f"total time: {_seconds(request.total_time)}",
-            f"bytes sent: {request.bytes_sent}",
-            f"bytes shared with the request before: {request.shared_prefix_bytes}",
+            f"bytes sent: {_figure(request.bytes_sent)}",
+            f"bytes shared with the request before: {_figure(request.shared_prefix_bytes)}",
             f"prefix break: {self.cause_label or 'none'}",
             f"sent to: {request.endpoint_url}" + (f", slot {request.slot}" if request.slot is not None else ""),
         ]
         if request.moved:
             lines.append(f"moved: {request.moved}")
         if request.expected_cached_tokens is not None:
-            lines.append(f"expected cached: {request.expected_cached_tokens}")
+            lines.append(f"expected cached: {_figure(request.expected_cached_tokens)}")
             lines.append(f"cache miss: {self.miss_label}")
         else:
             lines.append("cache miss: not checked (the server offers no template and tokenizer to check with)")
@@ -153,6 +153,12 @@ def _legend_marks() -> SafeString:
 
 
 def _figure(value: int | None) -> str:
+    """A count as a person reads it: ``12,345``."""
+    return "—" if value is None else f"{value:,}"
+
+
+def _plain(value: int | None) -> str:
+    """A count as a script reads it, in a data attribute: ``12345``."""
     return "—" if value is None else str(value)
 
 
@@ -197,8 +203,8 @@ def bar_html(bar: Bar, *, window: int, auto_at: float) -> SafeString:
     threshold = f"{HEIGHT * (1 - auto_at):.2f}"
     parts: list[str] = [
         f'<svg class="bar-svg" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" overflow="visible" '
-        f'aria-hidden="true"><g class="bar" data-request="{request.pk}" data-prompt="{_figure(request.prompt_tokens)}"'
-        f' data-cached="{_figure(request.cached_tokens)}" data-cause="{cause}" '
+        f'aria-hidden="true"><g class="bar" data-request="{request.pk}" data-prompt="{_plain(request.prompt_tokens)}"'
+        f' data-cached="{_plain(request.cached_tokens)}" data-cause="{cause}" '
         f'data-miss="{escape(request.cache_miss)}">'
         f'<rect class="hit" x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill-opacity="0"/>',
         f'<line class="threshold" x1="0" x2="{WIDTH}" y1="{threshold}" y2="{threshold}" '

@@ -204,30 +204,50 @@
     return box;
   }
 
+  // The card: its first line a heading, then each "name: value" as a row of two columns.
   function fillFigures(box, text) {
     box.textContent = "";
     text.split("\n").forEach(function (line, index) {
-      var part = document.createElement("span");
-      if (index === 0) part.className = "figures-head";
-      else if (/^cache miss: (harness|template|server)/.test(line)) part.className = "figures-miss";
-      part.textContent = line;
-      box.appendChild(part);
-      if (index > 0) box.appendChild(document.createTextNode("\n"));
+      if (index === 0) {
+        var head = document.createElement("span");
+        head.className = "figures-head";
+        head.textContent = line;
+        box.appendChild(head);
+        return;
+      }
+      var row = document.createElement("span");
+      row.className = "figures-row" + (/^cache miss: (harness|template|server)/.test(line) ? " figures-miss" : "");
+      var at = line.indexOf(": ");
+      var name = document.createElement("span");
+      name.className = "figures-name";
+      name.textContent = at < 0 ? line : line.slice(0, at);
+      var value = document.createElement("span");
+      value.className = "figures-value";
+      value.textContent = at < 0 ? "" : line.slice(at + 2);
+      var separator = document.createElement("span");  // read, and copied, as "name: value"; not drawn
+      separator.className = "figures-sep";
+      separator.textContent = at < 0 ? "" : ": ";
+      row.appendChild(name);
+      row.appendChild(separator);
+      row.appendChild(value);
+      box.appendChild(row);
     });
   }
 
+  // Under the chart, not over its bars: lined up with the bar, inside the window.
   function placeCard(box, bar) {
     var side = document.getElementById("side");
     if (!side || !HOVER.matches) { box.classList.remove("floating"); return; }
     box.classList.add("floating");
     var area = side.getBoundingClientRect();
     var spot = bar.getBoundingClientRect();
+    var plot = document.getElementById("cache-chart");
     var width = box.offsetWidth;
-    var left = spot.right - area.left + 8;  // beside the bar: on its right where the window has room, else its left
-    if (area.left + left + width > window.innerWidth - 10) left = spot.left - area.left - width - 8;
+    var left = Math.min(spot.left - area.left, window.innerWidth - 10 - area.left - width);
     left = Math.max(left, 10 - area.left);
     box.style.setProperty("left", left + "px");
-    box.style.setProperty("top", Math.max(0, spot.top - area.top) + "px");
+    var below = plot ? plot.getBoundingClientRect().bottom - area.top + 6 : spot.bottom - area.top + 6;
+    box.style.setProperty("top", below + "px");
   }
 
   function showFigures(bar, keep) {

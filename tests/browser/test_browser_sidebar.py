@@ -252,9 +252,11 @@ def test_the_chart_shows_a_card_on_hover_focus_and_click_and_folds_to_its_summar
     expect(card).to_have_class(re.compile(r"\bfloating\b"))
     expect(card.locator(".figures-head")).to_contain_text("Request 2")
     expect(card).to_contain_text("cache miss: not checked")
-    spot, shown = second.bounding_box(), card.bounding_box()
-    assert shown["x"] >= spot["x"] + spot["width"] or shown["x"] + shown["width"] <= spot["x"], "beside the bar"
+    plot, shown = page.locator("#cache-chart").bounding_box(), card.bounding_box()
+    assert shown["y"] >= plot["y"] + plot["height"], "under the chart, covering none of its bars"
     assert shown["x"] >= 0 and shown["x"] + shown["width"] <= 1400
+    expect(card.locator(".figures-row").first.locator(".figures-name")).to_have_text("prompt tokens")
+    expect(card.locator(".figures-row").first.locator(".figures-value")).to_have_text(re.compile(r"^[\d,]+$"))
     page.locator("h1").hover()
     expect(card).to_be_empty()
     page.locator("#chart .chart-bar").first.focus()

@@ -159,11 +159,11 @@ def test_the_chart_has_one_bar_per_finished_request_with_tooltips_and_causes() -
     bars = [attrs for tag, attrs in tags if tag == "g" and ("class", "bar") in attrs]
     assert len(bars) == 5
     assert 'data-bars="5"' in html
-    assert "prompt tokens: 1200" in html and "cached tokens: 1000" in html
+    assert "prompt tokens: 1,200" in html and "cached tokens: 1,000" in html, "counts with thousands separators"
     assert "uncached tokens: 200" in html
     assert "completion tokens: 30" in html
     assert "time to first token: 0.250 s" in html and "total time: 1.500 s" in html
-    assert "bytes sent: 1000" in html and "bytes shared with the request before: 900" in html
+    assert "bytes sent: 1,000" in html and "bytes shared with the request before: 900" in html
     assert 'title="first request" aria-label="first request">1</span>' in html
     assert 'title="unexpected" aria-label="unexpected">!</span>' in html
     assert "cached tokens: not reported" in html
@@ -190,7 +190,7 @@ def test_a_bars_tooltip_names_the_cache_miss_class_and_the_tokens_lost() -> None
     assert sum("expected cached: " in tooltip for tooltip in tooltips) == 3, "no check, no figure: no tokenizer"
     assert "cache miss: not checked (the server offers no template and tokenizer to check with)" in tooltips[3]
     assert "cache miss: none" in html
-    assert "cache miss: server, 1000 tokens lost" in html
+    assert "cache miss: server, 1,000 tokens lost" in html
     assert "cache miss: template, 80 tokens lost from message 4" in html
     assert 'data-miss="server"' in html and 'data-miss="template"' in html
     assert ">unexpected</span>" not in html, "a template or server miss is no prefix break"
