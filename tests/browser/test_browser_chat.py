@@ -202,7 +202,12 @@ def test_undo_rewind_and_regenerate(browser: Browser, world: World) -> None:
     (world.folder / "app.py").write_text("changed by a person\n")
     page.check("#restore-files")
     asked: list[str] = []
-    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+
+    def dismissed(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", dismissed)
     page.locator("#turn-1 .rewind").click()  # dismissed: nothing is taken back
     expect(page.locator("#turn-1")).to_have_count(1)
     assert asked == [
