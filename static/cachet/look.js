@@ -33,6 +33,7 @@
   // --- Esc stops -----------------------------------------------------------------------------------------
   document.addEventListener("keydown", function (event) {
     if (event.key !== "Escape" || event.shiftKey || event.defaultPrevented || event.isComposing) return;
+    if (document.querySelector("dialog[open]")) return;  // Esc closes the dialog, and does nothing else
     if (drawerOpen()) { event.preventDefault(); openDrawer(false); return; }
     var more = document.getElementById("toolbar");
     if (more && more.classList.contains("more-open")) { openMore(false); return; }
@@ -57,6 +58,9 @@
     } else if (event.key === "Escape" && event.shiftKey) {
       var box = document.getElementById("composer-text");
       if (box) { event.preventDefault(); box.focus(); }
+    } else if (event.key === "?" && !typing(event.target) && !event.ctrlKey && !event.metaKey && !event.altKey) {
+      event.preventDefault();
+      showShortcuts();
     } else if (event.key === "/" && !typing(event.target) && !event.ctrlKey && !event.metaKey && !event.altKey) {
       var search = document.getElementById("search-q") || document.getElementById("sidebar-q");
       if (search) {
@@ -66,6 +70,51 @@
       }
     }
   });
+
+  // --- ? shows the keys there are ---------------------------------------------------------------------------
+  var SHORTCUTS = [
+    ["Enter", "send the message"],
+    ["Shift+Enter", "a new line in the message"],
+    ["Esc", "stop the reply; close a menu, the drawer or this sheet"],
+    ["Shift+Esc", "to the message box"],
+    ["/", "search the sessions"],
+    ["Ctrl+Shift+O (⌘+Shift+O)", "new chat"],
+    ["Enter / Esc in an edit", "send the changed message / keep it as it was"],
+    ["Tab, then Enter on a bar", "the chart's figures for that request"],
+    ["?", "these keys"]
+  ];
+  function showShortcuts() {
+    var sheet = document.getElementById("shortcuts");
+    if (!sheet) {
+      sheet = document.createElement("dialog");
+      sheet.id = "shortcuts";
+      sheet.className = "shortcuts";
+      sheet.setAttribute("aria-labelledby", "shortcuts-title");
+      var title = document.createElement("h2");
+      title.id = "shortcuts-title";
+      title.textContent = "Keys";
+      sheet.appendChild(title);
+      var list = document.createElement("dl");
+      SHORTCUTS.forEach(function (pair) {
+        var keys = document.createElement("dt");
+        var kbd = document.createElement("kbd");
+        kbd.textContent = pair[0];
+        keys.appendChild(kbd);
+        var what = document.createElement("dd");
+        what.textContent = pair[1];
+        list.appendChild(keys);
+        list.appendChild(what);
+      });
+      sheet.appendChild(list);
+      var close = document.createElement("button");
+      close.type = "button";
+      close.textContent = "Close";
+      close.addEventListener("click", function () { sheet.close(); });
+      sheet.appendChild(close);
+      document.body.appendChild(sheet);
+    }
+    if (!sheet.open) sheet.showModal();
+  }
 
   // --- the sidebar: folds away on a wide screen (remembered in a cookie the server reads), a drawer on a phone ---
   var PHONE = window.matchMedia("(max-width: 860px)");

@@ -418,3 +418,28 @@ def test_menus_open_in_view_and_the_header_and_box_stay_in_a_long_session(browse
     expect(page.locator("#model-control")).to_have_attribute("open", "")
     choices = box("#model-control > .model-choices")
     assert 0 <= choices["y"] < 800 and choices["x"] + choices["width"] <= 1280, choices
+
+
+def test_question_mark_shows_the_keys_and_esc_closes_them_without_stopping_a_reply(
+    browser: Browser, world: World
+) -> None:
+    world.model.push(Step(text=LONG_REPLY, chunk_size=3, delay=0.05))
+    page = browser.page("ada")
+    start_session(page)
+    send(page, "Take your time")
+    expect(page.locator("#controls")).to_have_attribute("data-state", "running")
+    page.locator("#transcript").click()  # out of the message box: ? is typed there otherwise
+    page.keyboard.press("?")
+    sheet = page.get_by_role("dialog", name="Keys")
+    expect(sheet).to_be_visible()
+    expect(sheet).to_contain_text("stop the reply")
+    expect(sheet.locator("kbd", has_text="Shift+Enter")).to_have_count(1)
+    page.keyboard.press("Escape")
+    expect(sheet).to_be_hidden()
+    expect(page.locator("#controls")).to_have_attribute("data-state", "running")  # Esc closed the sheet, no more
+    page.keyboard.press("Escape")
+    wait_idle(page)
+    page.locator("#composer-text").fill("")
+    page.locator("#composer-text").press("?")
+    expect(sheet).to_be_hidden()
+    expect(page.locator("#composer-text")).to_have_value("?")
