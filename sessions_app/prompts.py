@@ -48,6 +48,7 @@ class LoopSettings:
     answer_room_tokens: int
     bytes_per_token_before_usage: float
     too_large_text: str
+    uncompactable_text: str
     switch_too_small_text: str
 
 

@@ -134,10 +134,11 @@ class RequestTooLarge(Exception):
     """A request that cannot fit the model's window, even after compacting; ``str()`` says what to do, and where
     the window came from."""
 
-    def __init__(self, needed: int, window: int, *, source: str = "") -> None:
+    def __init__(self, needed: int, window: int, *, source: str = "", compacting_helps: bool = True) -> None:
         self.needed = needed
         self.window = window
-        text = prompts.loop_settings().too_large_text
+        loop = prompts.loop_settings()
+        text = loop.too_large_text if compacting_helps else loop.uncompactable_text
         super().__init__(text.format(needed=f"{needed:,}", window=f"{window:,}", source=source or "as configured"))
 
 
@@ -221,8 +222,11 @@ class RequestCounter:
         """Whether a request of ``size`` passes ``compaction.auto_at`` of the window."""
         return size.tokens > self.auto_at * self.window.tokens
 
-    def too_large(self, size: CountedSize) -> RequestTooLarge:
-        return RequestTooLarge(size.tokens, self.window.tokens, source=self.window.described)
+    def too_large(self, size: CountedSize, *, compacting_helps: bool = True) -> RequestTooLarge:
+        """The refusal of a request of ``size``; its advice leaves out Compact now where no compaction would fit."""
+        return RequestTooLarge(
+            size.tokens, self.window.tokens, source=self.window.described, compacting_helps=compacting_helps
+        )
 
 
 def switch_refusal(session: ChatSession, *, endpoint: ModelEndpoint, model_name: str) -> str:

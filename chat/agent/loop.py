@@ -428,6 +428,7 @@ class ReplyLoop:
                 model_name=self.session.model_name,
                 extra_user=prompts.compact_task(),
             )
+            await store(self._summary_fits, built)
         completion: Completion | None = None
         asked = self._ask(built, turn=within, step_number=step_number, kind=RequestKind.COMPACTION)
         async with contextlib.aclosing(asked) as items:
@@ -514,7 +515,14 @@ class ReplyLoop:
             summary_request = builder.build(extra_user=prompts.compact_task())
             if counter.fits(counter.count(summary_request)):
                 return summary_request, upto if upto >= 0 else None
-        raise counter.too_large(size)
+        raise counter.too_large(size, compacting_helps=False)  # no summary request fits either
+
+    def _summary_fits(self, built: BuiltRequest) -> None:
+        """Compact now's request, refused before it is sent where it cannot fit the window (the server would
+        refuse it, and its refusal advised compacting)."""
+        size = self.counter.count(built)
+        if not self.counter.fits(size) and size.how != "guess":
+            raise self.counter.too_large(size, compacting_helps=False)
 
     def _rebuilt(self, turn: Turn) -> BuiltRequest:
         """After a compaction inside the reply: the request of its next step, which must fit now."""

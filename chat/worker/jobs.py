@@ -24,6 +24,7 @@ from django.db import close_old_connections
 
 from chat import wire
 from chat.actions import Action, Send
+from chat.agent.budget import RequestTooLarge
 from chat.agent.cache_check import CheckSpec
 from chat.agent.events import (
     Compacted,
@@ -172,7 +173,7 @@ class Job:
                     await self._event(event)
         except ChatSession.DoesNotExist:
             self.failure = "The session no longer exists."
-        except (StoreError, ModelError) as error:
+        except (StoreError, ModelError, RequestTooLarge) as error:
             await self._failed(str(error))
         except Exception as error:
             logger.exception("session %s: %s failed", self.session_id, type(self.action).__name__)

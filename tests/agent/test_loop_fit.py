@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from chat.agent.budget import RequestTooLarge
 from chat.agent.loop import ReplyLoop, today
 from chat.agent.model import Timeouts
 from chat.tools import tool_list
@@ -208,8 +209,9 @@ def test_a_request_that_cannot_fit_fails_before_it_is_sent_and_loses_nothing(
     assert turn.error.startswith("This request needs ")
     assert re.search(
         f"tokens and room for the answer; the model's context window is {N_CTX:,} tokens, read from the server "
-        r"\(llama.cpp /props n_ctx\) at \d\d:\d\d UTC on \d{4}-\d\d-\d\d\. "
-        "Compact now, start a new session, or use a model with a larger window.$",
+        r"\(llama.cpp /props n_ctx\) at \d\d:\d\d UTC on \d{4}-\d\d-\d\d, "
+        r"and compacting cannot make it fit \(the summary is asked with the conversation as it is\)\. "
+        r"Use a model with a larger window \(the model menu\) or a shorter message, or start a new session\.$",
         turn.error,
     ), turn.error
     assert small.requests == [], "nothing was sent"
@@ -253,3 +255,21 @@ def test_a_server_out_of_reach_has_its_window_asked_again_before_the_next_use(us
     turn = run(_loop(session).send("hello")).turn
     assert turn.status == TurnStatus.FAILED and "Cannot reach" in turn.error, turn.error
     assert ModelEndpoint.objects.get(pk=endpoint.pk).server_window_read_at is None
+
+
+def test_compact_now_that_cannot_fit_is_refused_before_it_is_sent_and_says_what_helps(
+    user: Any, workspace: Workspace, small: ScriptedServer
+) -> None:
+    """On a model too small for the conversation, Retry advised Compact now, and Compact now failed with the same
+    advice (its request is the whole conversation and the task). It is refused before it is sent, and says what
+    helps instead."""
+    session = _session(user, workspace, small, configured=N_CTX)
+    small.push(Step(text="noted"))
+    assert run(_loop(session).send("keep these: " + FILLER * 2550)).turn.status == TurnStatus.DONE
+    endpoint_window_record(endpoint=session.endpoint, url=session.endpoint.base_url, tokens=3000, how="restarted")
+    ModelEndpoint.objects.filter(pk=session.endpoint_id).update(context_window=3000)
+    sent = len(small.requests)
+    with pytest.raises(RequestTooLarge) as refused:
+        run(_loop(session).compact())
+    assert "compacting cannot make it fit" in str(refused.value) and "Compact now" not in str(refused.value)
+    assert len(small.requests) == sent, "nothing was sent"
