@@ -946,7 +946,10 @@ def _begin(layout: Layout, scenario: str) -> Run:
     """A fresh session with its two tabs, both showing it idle, on a layout that is all up."""
     for proxy in (layout.postgres, layout.redis):
         _mended(proxy)
-    layout.wait_ready(workers=1)  # a worker the last fault stopped may still be starting: the other takes the reply
+    # Both workers up, as a team's layout runs: the fault stops one, and the other takes the next message. A worker
+    # the last fault stopped may still be starting (4 s and more on a loaded machine); a run begun without it left
+    # the next message queued with no worker to take it until the stopped one was back.
+    layout.wait_ready()
     session = layout.session()
     home = layout.runs % 2
     layout.runs += 1
@@ -970,11 +973,17 @@ def _mid_reply(layout: Layout, scenario: str, inject: Callable[[Run], float]) ->
     return run.finish()
 
 
+def _others(run: Run, worker: Member) -> str:
+    others = [other for other in run.layout.workers if other is not worker]
+    said = [f"{other.name} {'ready' if other.ready() else 'not ready'}" for other in others]
+    return ", ".join(said) or "no other worker"
+
+
 def _kill(run: Run) -> float:
     worker = run.layout.reply_worker(run.session_id)
     at = time.monotonic()
     worker.signal(signal.SIGKILL, restart_after=1.0)  # Restart=on-failure: a kill -9 is a failure
-    run.outcome.mark(f"kill -9 {worker.name}, the worker running the reply", at)
+    run.outcome.mark(f"kill -9 {worker.name}, the worker running the reply ({_others(run, worker)})", at)
     return at
 
 
@@ -982,7 +991,7 @@ def _terminate(run: Run) -> float:
     worker = run.layout.reply_worker(run.session_id)
     at = time.monotonic()
     worker.signal(signal.SIGTERM, restart_after=0.0)  # stopped as asked, then started again by its operator
-    run.outcome.mark(f"SIGTERM to {worker.name}, the worker running the reply", at)
+    run.outcome.mark(f"SIGTERM to {worker.name}, the worker running the reply ({_others(run, worker)})", at)
     return at
 
 
