@@ -10,12 +10,14 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import ProgrammingError
 
 from chat.actions import Action, Compact, Regenerate, Rewind, Send, Undo
 from chat.agent.echo import EchoLine
 from chat.agent.endpoints import FALLBACK_MODEL
 from chat.agent.model import ModelError, list_models
 from chat.follow import Followed, follow
+from chat.management.database import unapplied_migrations
 from chat.tools import tool_list
 from sessions_app.errors import NoLiveTurnFrom, StoreError
 from sessions_app.folders import folder_check
@@ -190,7 +192,15 @@ class Command(BaseCommand):
         return session
 
     def handle(self, *args: Any, **options: Any) -> None:
-        user = get_user_model().objects.filter(username=options["user"]).first()
+        try:
+            user = get_user_model().objects.filter(username=options["user"]).first()
+        except ProgrammingError:
+            if unapplied := unapplied_migrations():  # a fresh data folder
+                raise CommandError(
+                    f"The database has no Cachet tables yet ({unapplied} migrations to apply): start Cachet once "
+                    "with ./run (or manage.py serve --no-serve), which applies them and creates the admin account."
+                ) from None
+            raise
         if user is None:
             raise CommandError(f"There is no user {options['user']!r}.")
         session = self._session(options, user)

@@ -17,9 +17,9 @@ import uvloop
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from procrastinate import PsycopgConnector
 
+from chat.management.database import unapplied_migrations
 from chat.worker import process as worker
 from chat.worker.quiet import database_unavailable
 
@@ -69,12 +69,10 @@ class Command(BaseCommand):
     def _prepared(self, concurrency: int) -> tuple[PsycopgConnector, int]:
         """The queue's connector and the replies this worker runs at once, once the database is migrated."""
         waited = False
-        while unapplied := MigrationExecutor(connection).migration_plan(
-            MigrationExecutor(connection).loader.graph.leaf_nodes()
-        ):
+        while unapplied := unapplied_migrations():
             if not waited:
                 self.stdout.write(
-                    f"The database lacks {len(unapplied)} migration(s): waiting for them (manage.py serve, or "
+                    f"The database lacks {unapplied} migration(s): waiting for them (manage.py serve, or "
                     "manage.py migrate, applies them)."
                 )
                 self.stdout.flush()
