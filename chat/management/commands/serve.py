@@ -201,6 +201,7 @@ SETTINGS_HELP = """settings (environment variables; docs/deployment.md lists the
   CACHET_WORKSPACE_ROOTS  the folders workspace folders must lie under ($CACHET_DATA/workspaces)
   ALLOWED_HOSTS           the names Cachet answers to; CSRF_TRUSTED_ORIGINS the origins it takes forms from
   CACHET_TLS              1 behind a proxy that serves https
+  CACHET_PROXY_COUNT      the trusted proxies in front: the client's address is the one they forward (0)
   CACHET_WORKER_CONCURRENCY  replies a worker runs at once (16)"""
 
 
