@@ -185,8 +185,9 @@ def test_past_the_hard_cap_the_page_says_why_gives_the_words_back_and_connects_a
         }""",
         WAY_OVER,
     )
-    page.press("#composer-text", "Enter")
-    expect(page.locator("#notice")).to_contain_text("That message is larger than Cachet reads")
+    # the page measures and sends 5 MB as the key is handled: seconds of a loaded machine's CPU, not a limit
+    page.press("#composer-text", "Enter", timeout=60_000)
+    expect(page.locator("#notice")).to_contain_text("That message is larger than Cachet reads", timeout=60_000)
     expect(page.locator("#notice")).to_contain_text(f"payload limit of {settings.CACHET_MAX_FRAME_BYTES} octets")
     assert page.evaluate("document.getElementById('composer-text').value.length") == WAY_OVER
     expect(page.locator("#ws-status")).to_have_text("live")
