@@ -296,6 +296,8 @@ CACHET_IMPORT_MAX_BYTES = int(os.environ.get("CACHET_IMPORT_MAX_BYTES") or 64 * 
 CACHET_UPLOAD_MAX_BYTES = int(os.environ.get("CACHET_UPLOAD_MAX_BYTES") or 20 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = CACHET_MAX_BODY_BYTES
 CACHET_CHECK_REQUESTS = env_bool("CACHET_CHECK_REQUESTS", False)
+# After a session's first reply the model is asked for its title, as the next turn of the conversation would ask.
+CACHET_TITLES = env_bool("CACHET_TITLES", True)
 CACHET_BWRAP = os.environ.get("CACHET_BWRAP") or "/usr/bin/bwrap"
 # Who commands (the run tool) run as where Cachet runs as root: a user name or uid[:gid], never root.
 CACHET_SANDBOX_USER = os.environ.get("CACHET_SANDBOX_USER") or "cachet-sandbox"

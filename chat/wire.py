@@ -25,6 +25,7 @@ from chat.agent.events import (
     RequestStarted,
     ResultStored,
     StepStored,
+    Titled,
     ToolCalled,
     TurnEnded,
     TurnsTakenBack,
@@ -75,6 +76,7 @@ SCHEMAS: dict[str, dict[str, type | tuple[type, ...] | ListOf]] = {
     "turns_taken_back": {"numbers": IDS, "compactions": IDS, "revision": int},
     "branch_flipped": {"made_live": IDS, "revision": int},
     "compacted": {"generation": int, "revision": int},
+    "titled": {"title": str},
     "notice": {"text": str, "level": str, "lines": STRINGS},
     # the job's own: queued, running or idle (``label`` says what it does; ``job`` is the queue's id of it, 0 where
     # none ran), the words of a send that never started given back to the tab that sent them, the step streaming
@@ -197,6 +199,8 @@ def event_message(session_id: int, event: ReplyEvent) -> dict[str, Any]:
             )
         case Compacted(generation=generation):
             return _message(session_id, "compacted", generation=generation.pk, revision=generation.revision)
+        case Titled(session=session):
+            return _message(session_id, "titled", title=session.title)
         case Notice(text=text, level=level, lines=lines):
             return notice_message(session_id, text=text, level=level, lines=list(lines))
     raise WireError(f"no wire message for {type(event).__name__}")

@@ -119,10 +119,20 @@ class Mode(models.TextChoices):
     FULL = "full", "full"
 
 
+class TitleSource(models.TextChoices):
+    """Who wrote a session's title: the first words typed, the model (asked once after the first reply), or the
+    person (a rename, which nothing overwrites)."""
+
+    TYPED = "typed", "the first words typed"
+    MODEL = "model", "the model"
+    PERSON = "person", "the person"
+
+
 class ChatSession(models.Model):
     # PROTECT: a person with sessions is deactivated, not deleted; their sessions stay stored.
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="chat_sessions")
     title = models.CharField(max_length=200, blank=True)
+    title_source = models.CharField(max_length=8, choices=TitleSource.choices, default=TitleSource.TYPED)
     workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="sessions")
     endpoint = models.ForeignKey(ModelEndpoint, on_delete=models.PROTECT, related_name="sessions")
     model_name = models.CharField(max_length=200)
@@ -373,6 +383,7 @@ class Result(models.Model):
 class RequestKind(models.TextChoices):
     REPLY = "reply", "reply"
     COMPACTION = "compaction", "compaction"
+    TITLE = "title", "title"
 
 
 class BreakCause(models.TextChoices):

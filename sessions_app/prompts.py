@@ -94,6 +94,11 @@ def compact_task() -> str:
     return read_prompt("tasks/compact.md").replace("{{transcript}}", "").strip()
 
 
+def title_task() -> str:
+    """The message that asks for a session's title, after the conversation as the next turn would send it."""
+    return read_prompt("tasks/title.md").strip()
+
+
 def system_prompt() -> str:
     """The system prompt every session starts with: nothing session-specific in it (no workspace, model,
     mode, date, time or counter), so sessions with the same tool list share it byte for byte."""

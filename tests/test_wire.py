@@ -41,6 +41,7 @@ GOOD: dict[str, dict[str, Any]] = {
     "turns_taken_back": {"numbers": [3, 2], "compactions": [], "revision": 5},
     "branch_flipped": {"made_live": [2], "revision": 6},
     "compacted": {"generation": 2, "revision": 7},
+    "titled": {"title": "Greeting helper"},
     "notice": {"text": "Took back turn 2.", "level": "info", "lines": []},
     "job": {"state": "running", "label": "Replying…", "job": 12},
     "words_back": {"words": "my words"},

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sessions_app.models import Generation, ModelRequest, Result, Step, TakenBackBy, Turn
+from sessions_app.models import ChatSession, Generation, ModelRequest, Result, Step, TakenBackBy, Turn
 from sessions_app.selectors.totals import RequestTotals
 
 
@@ -143,6 +143,13 @@ class Compacted:
 
 
 @dataclass(frozen=True)
+class Titled:
+    """The model titled the session after its first reply (the first words typed were its title until then)."""
+
+    session: ChatSession
+
+
+@dataclass(frozen=True)
 class Notice:
     """Something the person should read that is not part of the transcript."""
 
@@ -189,5 +196,6 @@ ReplyEvent = (
     | TurnsTakenBack
     | BranchFlipped
     | Compacted
+    | Titled
     | Notice
 )

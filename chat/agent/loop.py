@@ -49,6 +49,7 @@ from chat.agent.events import (
     ResultStored,
     StepStored,
     TextDelta,
+    Titled,
     ToolCalled,
     TurnEnded,
     TurnsTakenBack,
@@ -78,7 +79,17 @@ from sessions_app import prompts
 from sessions_app.errors import EmptySummary, NotAMember, StoreError, WorkspaceRefused, person_message
 from sessions_app.hygiene import PriorResult
 from sessions_app.hygiene.config import ContextConfig
-from sessions_app.models import STOPPED, BreakCause, ChatSession, ModelRequest, RequestKind, Result, Turn
+from sessions_app.models import (
+    STOPPED,
+    BreakCause,
+    ChatSession,
+    ModelRequest,
+    RequestKind,
+    Result,
+    TitleSource,
+    Turn,
+    TurnStatus,
+)
 from sessions_app.selectors.requests import (
     BuiltRequest,
     PreviousRequest,
@@ -98,6 +109,7 @@ from sessions_app.services.compaction import compaction_apply
 from sessions_app.services.locks import reply_lock
 from sessions_app.services.requests import request_last_keep, request_record_finish, request_record_start
 from sessions_app.services.results import prior_result, reply_table, result_insert
+from sessions_app.services.sessions import session_title_by_model
 from sessions_app.services.turns import step_draft_save, step_record, turn_fail, turn_finish, turn_start
 from sessions_app.services.undo import TakenBack, branch_flip, turn_edit, turn_regenerate, turn_rewind, turn_undo
 from sessions_app.types import StoredCall
@@ -167,8 +179,10 @@ class ReplyLoop:
         max_steps: int | None = None,
         client_timeouts: Timeouts | None = None,
         checks: CheckSink | None = None,
+        titles: bool | None = None,
     ) -> None:
         self.session = session
+        self.titles = settings.CACHET_TITLES if titles is None else titles  # ask the model for the title
         self.cancel = cancel or Cancel()
         self.config = config or prompts.rules_config()
         self.date = date
@@ -307,12 +321,69 @@ class ReplyLoop:
         async with self._locked():
             day = date or self.date or today()
             turn = await store(self._started, words, day)
-            async with contextlib.aclosing(self._reply(turn, compact_first=True)) as events:
+            async with contextlib.aclosing(self._reply_titled(turn, compact_first=True)) as events:
                 async for event in events:
                     yield event
         async with contextlib.aclosing(self._checked()) as events:
             async for event in events:
                 yield event
+
+    async def _reply_titled(self, turn: Turn, **options: bool) -> AsyncGenerator[ReplyEvent, None]:
+        """The reply to ``turn``, then, where it was the session's first and ended well, the session's title."""
+        async with contextlib.aclosing(self._reply(turn, **options)) as events:
+            async for event in events:
+                if isinstance(event, TurnEnded):
+                    turn = event.turn
+                yield event
+        if await store(self._title_due, turn):
+            async with contextlib.aclosing(self._title(turn)) as events:
+                async for event in events:
+                    yield event
+
+    def _title_due(self, turn: Turn) -> bool:
+        """Whether to ask for the session's title now: its first reply ended well, its title is still the first
+        words typed, and no title was asked for it before."""
+        if not self.titles or turn.status != TurnStatus.DONE:
+            return False
+        session = self._refresh()
+        if session.title_source != TitleSource.TYPED:
+            return False
+        if Turn.objects.filter(session=session).exclude(status=TurnStatus.TAKEN_BACK).exclude(pk=turn.pk).exists():
+            return False
+        return not session.model_requests.filter(kind=RequestKind.TITLE).exists()
+
+    def _title_request(self) -> BuiltRequest | None:
+        """The next turn's request with the title task as its message, where it fits the window."""
+        built = build_request(
+            self.session, current=None, model_name=self.session.model_name, extra_user=prompts.title_task()
+        )
+        return built if self.counter.fits(self.counter.count(built)) else None
+
+    async def _title(self, turn: Turn) -> AsyncGenerator[ReplyEvent, None]:
+        """Ask the model for the session's title as the next turn of the conversation would ask (so the next
+        request still finds the whole conversation cached), and title the session with its answer. It is no turn
+        and is never shown; where it fails, the first words typed stay the title."""
+        built = await store(self._title_request)
+        if built is None:
+            return
+        completion: Completion | None = None
+        try:
+            asked = self._ask(built, turn=turn, step_number=0, kind=RequestKind.TITLE)
+            async with contextlib.aclosing(asked) as items:
+                async for item in items:
+                    if isinstance(item, Completion):
+                        completion = item
+                    else:
+                        yield item
+        except ModelError as error:
+            logger.info("session %s: no title from the model: %s", self.session.pk, error)
+            return
+        if completion is None:
+            return
+        titled = await store(session_title_by_model, session_id=self.session.pk, answer=completion.text)
+        if titled is not None:
+            self.session = titled
+            yield Titled(titled)
 
     def _started(self, words: str, day: str) -> Turn:
         instructions = read_instructions(self.session)
@@ -323,7 +394,7 @@ class ReplyLoop:
         async with self._locked():
             taken, turn = await store(self._regenerated)
             yield await store(self._taken_back, taken, restore=restore)
-            async with contextlib.aclosing(self._reply(turn, again=True)) as events:
+            async with contextlib.aclosing(self._reply_titled(turn, again=True)) as events:
                 async for event in events:
                     yield event
         async with contextlib.aclosing(self._checked()) as events:
@@ -347,7 +418,7 @@ class ReplyLoop:
         async with self._locked():
             taken, turn = await store(self._edited, turn_number, words, date or self.date or today())
             yield await store(self._taken_back, taken, restore=restore)
-            async with contextlib.aclosing(self._reply(turn)) as events:
+            async with contextlib.aclosing(self._reply_titled(turn)) as events:
                 async for event in events:
                     yield event
         async with contextlib.aclosing(self._checked()) as events:

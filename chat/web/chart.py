@@ -22,7 +22,7 @@ from html import escape
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from sessions_app.models import STOPPED, BreakCause, ModelRequest, Moved, RequestStatus, Turn
+from sessions_app.models import STOPPED, BreakCause, ModelRequest, Moved, RequestKind, RequestStatus, Turn
 from sessions_app.selectors.totals import RequestTotals
 
 HEIGHT = 100.0
@@ -30,6 +30,8 @@ WIDTH = 20.0
 TTFT_FLOOR = 0.01
 TTFT_DECADES = 4
 SHOWN_BARS = 120
+TITLE = str(RequestKind.TITLE.value)  # a title's request is marked as its own cause: it breaks nothing
+TITLE_WORD = "title (the model names the session)"
 MIN_BAR = 3.0  # the least height of a bar with a prompt, in % of the plot: a small prompt still shows
 
 
@@ -55,6 +57,8 @@ class Bar:
 
     @property
     def cause_label(self) -> str:
+        if self.request.kind == RequestKind.TITLE:
+            return TITLE_WORD
         cause = self.request.break_cause
         return _cause_labels().get(cause, cause)
 
@@ -62,6 +66,8 @@ class Bar:
     def marker(self) -> str:
         """What is marked above the bar: why the prefix broke, else why the request went elsewhere ("replica",
         "slot": the server's cache of the session was left behind)."""
+        if self.request.kind == RequestKind.TITLE:
+            return TITLE
         return self.request.break_cause or self.request.moved
 
     @property
@@ -98,7 +104,7 @@ class Bar:
             f"total time: {_seconds(request.total_time)}",
             f"bytes sent: {_figure(request.bytes_sent)}",
             f"bytes shared with the request before: {_figure(request.shared_prefix_bytes)}",
-            f"prefix break: {self.cause_label or 'none'}",
+            f"prefix break: {_cause_labels().get(request.break_cause, request.break_cause) or 'none'}",
             f"sent to: {request.endpoint_url}" + (f", slot {request.slot}" if request.slot is not None else ""),
         ]
         if request.moved:
@@ -140,11 +146,12 @@ CAUSE_MARKS: dict[str, str] = {
     BreakCause.UNEXPECTED: "!",
     Moved.REPLICA: "P",
     Moved.SLOT: "S",
+    TITLE: "N",
 }
 
 
 def _legend_marks() -> SafeString:
-    words = {**_cause_labels(), **{str(moved.value): str(moved.label) for moved in Moved}}
+    words = {**_cause_labels(), **{str(moved.value): str(moved.label) for moved in Moved}, TITLE: "title"}
     return format_html_join(
         " ",
         '<span class="mark cause-{}">{}</span> {}',
@@ -236,7 +243,7 @@ def bar_html(bar: Bar, *, window: int, auto_at: float) -> SafeString:
             'vector-effect="non-scaling-stroke"/>'
         )
     parts.append("</g></svg>")
-    word = bar.cause_label if request.break_cause else request.moved
+    word = bar.cause_label if request.break_cause or request.kind == RequestKind.TITLE else request.moved
     mark = CAUSE_MARKS.get(bar.marker, "?")
     label = (
         f'<span class="cause cause-{cause}" title="{escape(word)}" aria-label="{escape(word)}">{mark}</span>'

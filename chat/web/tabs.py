@@ -28,6 +28,7 @@ from sessions_app.selectors.totals import RequestTotals
 logger = logging.getLogger(__name__)
 
 COMPACTING = "Compacting…"
+TITLING = "Writing a title…"
 KEPT_RENDERINGS = 64
 
 Event = Mapping[str, Any]
@@ -68,9 +69,10 @@ def _live(event: Event) -> list[str]:
 
 
 def _request_started(event: Event) -> list[str]:
-    if event["kind"] != RequestKind.COMPACTION:
+    label = {RequestKind.COMPACTION: COMPACTING, RequestKind.TITLE: TITLING}.get(event["kind"])
+    if label is None:
         return []
-    return pack([fragments.controls_put(running=True, label=COMPACTING)])
+    return pack([fragments.controls_put(running=True, label=label)])
 
 
 def _job(event: Event) -> list[str]:
@@ -175,6 +177,11 @@ def _compacted(event: Event) -> list[str]:
     return pack([fragments.compaction_put(CompactionView(generation))], rev=event["revision"])
 
 
+def _titled(event: Event) -> list[str]:
+    session = session_by_id(session_id=event["session"])
+    return pack([fragments.title_put(session), fragments.sidebar_title_put(session)])
+
+
 def _mode_set(event: Event) -> list[str]:
     return pack([fragments.mode_put(session_by_id(session_id=event["session"]))])
 
@@ -208,6 +215,7 @@ FROM_STORE: dict[str, Shown] = {
     "turn_ended": _turn_ended,
     "branch_flipped": _branch_flipped,
     "compacted": _compacted,
+    "titled": _titled,
     "mode_set": _mode_set,
     "model_changed": _model_changed,
 }

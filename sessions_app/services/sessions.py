@@ -21,6 +21,7 @@ from sessions_app.models import (
     InstructionPreset,
     Mode,
     ModelEndpoint,
+    TitleSource,
     Turn,
     TurnStatus,
     Workspace,
@@ -105,6 +106,7 @@ def session_start(
 TEMPERATURE_RANGE = (0.0, 2.0)
 MAX_TOKENS_LIMIT = 1_000_000
 INSTRUCTIONS_CHARS = 20_000
+TITLE_CHARACTERS = 80  # a title the model wrote is cut to this, at a word
 
 
 def _check_sampling(*, temperature: float | None, max_tokens: int | None) -> None:
@@ -157,8 +159,35 @@ def preset_delete(*, preset: InstructionPreset) -> None:
 
 @transaction.atomic
 def session_rename(*, session: ChatSession, title: str) -> ChatSession:
+    """The person's own title: the model's is never written over it."""
     session.title = storable(title).strip()[:200]
-    session.save(update_fields=["title", "updated_at"])
+    session.title_source = TitleSource.PERSON
+    session.save(update_fields=["title", "title_source", "updated_at"])
+    return session
+
+
+def title_from_answer(text: str) -> str:
+    """A title from the model's answer: its first line with text, without Markdown marks, quotes or a closing
+    full stop, at most ``TITLE_CHARACTERS`` long; "" where nothing is left."""
+    line = next((line for line in text.splitlines() if line.strip()), "")
+    line = line.strip().lstrip("#*-> ").strip().strip("*_`\"'“”‘’«» ").strip()
+    line = line.removeprefix("Title:").removeprefix("title:").strip().strip("\"'“”‘’ ").rstrip(".").strip()
+    if len(line) > TITLE_CHARACTERS:
+        line = line[: TITLE_CHARACTERS - 1].rsplit(" ", 1)[0].rstrip(" ,;:") + "…"
+    return storable(line)
+
+
+@transaction.atomic
+def session_title_by_model(*, session_id: int, answer: str) -> ChatSession | None:
+    """Title the session with the model's ``answer`` where its title is still the first words typed (a rename,
+    even one made while the model wrote, wins); the session, or ``None`` where nothing changed."""
+    session = ChatSession.objects.select_for_update(no_key=True).get(pk=session_id)
+    title = title_from_answer(answer)
+    if session.title_source != TitleSource.TYPED or not title:
+        return None
+    session.title = title
+    session.title_source = TitleSource.MODEL
+    session.save(update_fields=["title", "title_source", "updated_at"])
     return session
 
 

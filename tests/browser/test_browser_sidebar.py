@@ -273,3 +273,25 @@ def test_the_chart_shows_a_card_on_hover_focus_and_click_and_folds_to_its_summar
     expect(page.locator("#chart-fold")).not_to_have_attribute("open", "")
     page.locator("#chart-fold > summary").click()
     expect(page.locator("#chart")).to_be_visible()
+
+
+def test_after_the_first_reply_the_model_titles_the_session_in_the_heading_and_the_sidebar(
+    browser: Browser, world: World, settings: Any
+) -> None:
+    settings.CACHET_TITLES = True
+    page = browser.page("ada")
+    page.locator("#sidebar-new").click()
+    page.wait_for_url(world.url + "/sessions/new")
+    world.model.push(Step(text="Forty lines."), Step(text="**Notes overview.**"))
+    page.fill("#composer-text", "What is in the notes?")
+    page.press("#composer-text", "Enter")
+    page.wait_for_url(re.compile(r"/sessions/\d+/$"))
+    session_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
+    expect(page.locator("#turn-1 .reply")).to_have_text("Forty lines.")
+    expect(page.locator("#session-title")).to_have_text("Notes overview")  # no reload
+    expect(page.locator(f"#side-{session_id} > a")).to_have_text(re.compile("Notes overview$"))
+    wait_idle(page)
+    expect(page.locator("[id^=turn-]")).to_have_count(1)  # the title's request is no turn
+    assert len(world.model.requests) == 2
+    page.reload()
+    expect(page.locator("#session-title")).to_have_text("Notes overview")

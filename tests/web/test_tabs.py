@@ -184,3 +184,15 @@ def test_each_bar_redraws_the_axis_with_the_window_it_was_drawn_against(
     shown = _shown(wire.event_message(scripted_session.pk, finished))
     ops = {op["id"]: op["html"] for message in shown for op in message["ops"]}
     assert "share of the 4,096 token window" in ops["axis-titles"]
+
+
+def test_a_title_from_the_model_is_put_in_the_heading_and_the_sidebar(chat_session: ChatSession) -> None:
+    from sessions_app.services.sessions import session_title_by_model
+
+    turn_start(session=chat_session, words="what does app.py do", today="2026-12-01", instructions=None)
+    titled = session_title_by_model(session_id=chat_session.pk, answer="Reading app.py")
+    assert titled is not None
+    messages = _shown({"type": wire.EVENT, "event": "titled", "session": chat_session.pk, "title": titled.title})
+    puts = {op["id"]: op["html"] for message in messages for op in message.get("ops", [])}
+    assert "Reading app.py" in puts["session-title"] and "Reading app.py" in puts[f"side-title-{chat_session.pk}"]
+    assert _shown({"type": wire.EVENT, "event": "titled", "session": 10**9, "title": "x"}) == []

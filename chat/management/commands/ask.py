@@ -26,6 +26,7 @@ from sessions_app.models import (
     Mode,
     ModelEndpoint,
     ModelRequest,
+    RequestKind,
     Turn,
     TurnStatus,
     Workspace,
@@ -242,11 +243,12 @@ class Command(BaseCommand):
             self.stderr.write(f"Turn {turn.position} {turn.get_status_display()}: {turn.error}")
             failed = True
         last = turn or last_live_turn(session)
-        requests = ModelRequest.objects.filter(pk__in=request_ids)
+        # the reply's requests: a title's request after a first reply is not counted
+        requests = list(ModelRequest.objects.filter(pk__in=request_ids).exclude(kind=RequestKind.TITLE))
         prompt_tokens = sum(r.prompt_tokens or 0 for r in requests)
         cached_tokens = sum(r.cached_tokens or 0 for r in requests)
         self.stdout.write(
-            f"session={session.pk} turn={last.position if last else 0} requests={len(request_ids)} "
+            f"session={session.pk} turn={last.position if last else 0} requests={len(requests)} "
             f"prompt_tokens={prompt_tokens} cached_tokens={cached_tokens}"
         )
         if failed:
