@@ -347,7 +347,10 @@ def record_session(work: Path, name: str, actions: Sequence[Action]) -> Recorded
         session = session_start(
             owner=user, workspace=workspace, endpoint=endpoint, model_name=MODEL, tools=tool_list(allow_commands=False)
         )
-        loop = ReplyLoop(session, date=DATE, client_timeouts=Timeouts(connect=10, first_token=60, between_chunks=60))
+        # each action's steps script every request of its reply; a title's request (after the first reply, at no
+        # cost to the prefix: tests/agent/test_loop_llama.py) would be one the scenario does not script
+        timeouts = Timeouts(connect=10, first_token=60, between_chunks=60)
+        loop = ReplyLoop(session, date=DATE, client_timeouts=timeouts, titles=False)
         for action in actions:
             before = len(server.requests)
             earlier = list(history_turns(loop.session))

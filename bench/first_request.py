@@ -98,7 +98,7 @@ def record(mode: str) -> dict[str, Any]:
             mode=mode,
         )
         server.push(*action.steps)
-        run_to_end(ReplyLoop(session, date="2026-12-05").send(action.words))
+        run_to_end(ReplyLoop(session, date="2026-12-05", titles=False).send(action.words))  # the first request only
         body: dict[str, Any] = json.loads(server.requests[0])
     return body
 
