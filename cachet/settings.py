@@ -189,7 +189,7 @@ AUTH_PASSWORD_VALIDATORS = [
 AUTHENTICATION_BACKENDS = ["chat.web.logins.LockoutBackend", "django.contrib.auth.backends.ModelBackend"]
 
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "home"
+LOGIN_REDIRECT_URL = "session_new"  # a message box, as chat apps open; the list is in the sidebar and at /
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"

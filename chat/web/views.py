@@ -127,11 +127,13 @@ def home_context(request: HttpRequest, query: QueryDict | None = None) -> dict[s
     return context
 
 
-@login_required
 @require_GET
 def home(request: HtmxHttpRequest) -> HttpResponse:
     """The session list, with the search box: a search shows the best matches with a snippet each. An htmx
-    request (the box as one types) gets the results alone."""
+    request (the box as one types) gets the results alone. Logged out: the login page, after which a person
+    lands on a message box (``LOGIN_REDIRECT_URL``), as a deep link lands on its own page."""
+    if not request.user.is_authenticated:
+        return redirect(settings.LOGIN_URL)
     context = home_context(request)
     if request.htmx and not request.htmx.history_restore_request:
         return render(request, "chat/_session_results.html", context)

@@ -148,12 +148,13 @@ def logged_in(page: Any, world: World, user: str) -> None:
 
 
 def login(page: Any, url: str, user: str) -> None:
-    """Log in as ``user`` through the login form, as a person does."""
+    """Log in as ``user`` through the login form, as a person does: they land on a message box (New chat)."""
     page.goto(url + "/")
     page.fill("input[name=username]", user)
     page.fill("input[name=password]", PASSWORDS[user])
     page.click("button[type=submit]")
-    page.wait_for_selector("h1:has-text('Your sessions')")
+    page.wait_for_url(url + "/sessions/new")
+    page.wait_for_selector("#composer-text")
 
 
 def screenshot(page: Any, name: str) -> Path:
