@@ -104,6 +104,7 @@ def _workspace(spec: str | None, user: Any) -> Workspace:
 
 
 class Command(BaseCommand):
+    requires_system_checks: list[str] = []  # serve runs the checks; the URLconf (every web module) is not loaded
     help = "Send a message (or undo, rewind, regenerate, compact) and stream the reply to standard output."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -30,6 +30,7 @@ MIGRATIONS_POLL_SECONDS = 2.0  # a worker started before the database is migrate
 
 
 class Command(BaseCommand):
+    requires_system_checks: list[str] = []  # serve runs the checks; a worker starts 0.4 s sooner without the URLconf
     help = "Run the replies (and undo, rewind, compaction) that tabs and `ask` queue, until stopped (Ctrl-C)."
 
     def add_arguments(self, parser: CommandParser) -> None:
