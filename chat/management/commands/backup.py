@@ -19,6 +19,7 @@ SSL_KEYS = ("sslmode", "sslrootcert", "sslcert", "sslkey")  # passed as libpq's 
 
 
 class Command(BaseCommand):
+    requires_system_checks: list[str] = []  # serve runs the checks; the URLconf (every web module) is not loaded
     help = "Write Cachet's whole database to FILE as SQL (pg_dump), whether Cachet runs or not."
 
     def add_arguments(self, parser: CommandParser) -> None:
