@@ -57,6 +57,7 @@ def catch_up(session_id: int, state: PageState) -> CatchUp:
             ),
             fragments.mode_put(session),
             fragments.title_put(session),
+            fragments.sidebar_title_put(session),  # a title the model wrote before the tab connected, a rename
             fragments.attachments_put(session),
         ]
     )

@@ -28,3 +28,17 @@ def test_a_tab_rendered_while_a_file_waited_learns_that_a_message_took_it(chat_s
     turn_start(session=chat_session, words="What is in it?", today="2026-12-05", instructions=None)
     [after] = _attachments_html(chat_session, rendered_at)
     assert "notes.txt" not in after, "New chat's files went with the first message: none waits on the page"
+
+
+def test_a_tab_that_connects_after_the_model_titled_the_session_gets_the_title_in_the_sidebar_too(
+    chat_session: ChatSession,
+) -> None:
+    from sessions_app.services.sessions import session_title_by_model
+
+    turn_start(session=chat_session, words="What is in it?", today="2026-12-05", instructions=None)
+    rendered_at = ChatSession.objects.get(pk=chat_session.pk).revision
+    assert session_title_by_model(session_id=chat_session.pk, answer="Notes overview") is not None
+    caught = catch_up(chat_session.pk, PageState(revision=rendered_at, first_turn=1, last_bar=0))
+    puts = {op["id"]: op["html"] for text in caught.messages for op in json.loads(text)["ops"]}
+    assert "Notes overview" in puts["session-title"]
+    assert "Notes overview" in puts[f"side-title-{chat_session.pk}"]
