@@ -9,7 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, QueryDict
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -127,13 +127,14 @@ def home_context(request: HttpRequest, query: QueryDict | None = None) -> dict[s
     return context
 
 
-@require_GET
 def home(request: HtmxHttpRequest) -> HttpResponse:
     """The session list, with the search box: a search shows the best matches with a snippet each. An htmx
     request (the box as one types) gets the results alone. Logged out: the login page, after which a person
     lands on a message box (``LOGIN_REDIRECT_URL``), as a deep link lands on its own page."""
     if not request.user.is_authenticated:
         return redirect(settings.LOGIN_URL)
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
     context = home_context(request)
     if request.htmx and not request.htmx.history_restore_request:
         return render(request, "chat/_session_results.html", context)
