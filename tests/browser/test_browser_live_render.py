@@ -320,8 +320,9 @@ def test_a_long_streamed_step_renders_only_its_tail(browser: Browser, world: Wor
     )
     assert result["renders"] == len(messages)
     # 0.5-1.1 ms a render on two busy cores (most of it DOMPurify's); rendering the whole text each time would
-    # take ten minutes, and even only parsing it all each time (to find the finished blocks) about a minute
-    assert result["ms"] < 6000, result
+    # take ten minutes, and even only parsing it all each time (to find the finished blocks) about a minute; a
+    # loaded CI machine took 6.5 s for what takes 2-4 s here, so the bound sits between that and the minute
+    assert result["ms"] < 20_000, result
     render = fake.render()
     expect(render.locator("h2")).to_have_count(sections)
     expect(render.locator("table")).to_have_count(sections)
