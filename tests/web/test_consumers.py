@@ -226,7 +226,8 @@ async def test_a_tab_that_reconnects_gets_only_what_it_lacks(
     seen = got.rev
     await communicator.disconnect()
     up_to_date, again = await connected(live_session.pk, ada_cookie, rev=seen, first=1, bar=first_bar)
-    assert set(again.puts) == {"controls", "mode-control", "session-title", "attachments"}, (
+    side = f"side-title-{live_session.pk}"
+    assert set(again.puts) == {"controls", "mode-control", "session-title", side, "attachments"}, (
         "nothing of the transcript again"
     )
     assert sum(len(raw) for raw in again.raw) < 4000
