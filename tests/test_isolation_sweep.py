@@ -38,7 +38,8 @@ SECRETS = ("ada-secret-title-5b1e", "ada-secret-words-9c2d", "ada-secret-file-3f
 BAD_IDS = ("0", "-1", "99999999999999999999", "abc")
 MISSING_ID = "2147480000"  # well formed, in range, nobody's
 PUBLIC_VIEWS = {"login", "logout", "favicon"}  # what a person reaches before logging in
-LINK_VIEWS = {"shared", "shared_turns"}  # a stopped link (the one swept) shows nobody anything, its owner neither
+# a stopped link (the one swept) shows nobody anything, its owner neither, and copies nothing
+LINK_VIEWS = {"shared", "shared_turns", "shared_copy"}
 POSTED = {"title": "bob-was-here", "text": "bob-was-here", "mode": "full", "workspace": "1", "endpoint": "1"}
 
 

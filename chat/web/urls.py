@@ -35,4 +35,5 @@ urlpatterns = [
     path("sessions/<id:session_id>/share/stop", shares.share_stop_view, name="session_share_stop"),
     path("shared/<slug:token>/", shares.shared_page, name="shared"),
     path("shared/<slug:token>/turns/", shares.shared_turns, name="shared_turns"),
+    path("shared/<slug:token>/copy", shares.shared_copy, name="shared_copy"),
 ]

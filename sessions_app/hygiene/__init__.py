@@ -14,6 +14,7 @@ from .notes import (
     StatedContext,
     UploadedFile,
     compose_message,
+    restated_message,
     size_text,
     stated_after,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "render_read",
     "render_recall",
     "render_result",
+    "restated_message",
     "size_text",
     "stated_after",
     "system_prompt_with_summary",

@@ -137,6 +137,35 @@ def compose_message(
     )
 
 
+def restated_message(
+    words: str,
+    *,
+    workspace: str | None,
+    model: str | None,
+    mode: str | None,
+    mode_text: str,
+    mode_first: bool,
+    date: str | None,
+    config: ContextConfig,
+    uploads: Sequence[UploadedFile] = (),
+) -> ComposedMessage:
+    """``words`` with a note that states exactly the items given (``None``: not stated; ``mode_first``: the
+    mode's first mention in its generation) and no instructions: a message as a copy of its session states it,
+    in a workspace of the copy's own and without the owner's instructions."""
+    return compose_message(
+        words,
+        today=date or "",
+        workspace=workspace or "",
+        model=model or "",
+        mode=mode or "",
+        mode_text=mode_text,
+        instructions=None,
+        stated=StatedContext(mode=(None if mode_first else "") if mode else "", date=None if date else ""),
+        config=config,
+        uploads=uploads,
+    )
+
+
 def stated_after(stated: StatedContext, composed: ComposedMessage) -> StatedContext:
     """What the request states once ``composed`` is part of it."""
     instructions = stated.instructions

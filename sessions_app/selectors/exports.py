@@ -350,10 +350,11 @@ def session_export(
     session = ChatSession.objects.filter(owner_id=owner.pk, pk=session_id, deleted_at__isnull=True).first()
     if session is None:
         return None
-    return _snapshot(session, exported_at=exported_at)
+    return export_snapshot(session, exported_at=exported_at)
 
 
-def _snapshot(session: ChatSession, *, exported_at: datetime) -> Iterator[str]:
+def export_snapshot(session: ChatSession, *, exported_at: datetime) -> Iterator[str]:
+    """The JSON text of ``session``, read as one snapshot (a transaction of its own where none is open)."""
     outer = connection.in_atomic_block
     with transaction.atomic():
         if not outer:

@@ -442,7 +442,9 @@ def test_a_working_session_for_the_readme(browser: Browser, world: World) -> Non
     publish_screenshots(shots)
 
 
-def test_a_shared_link_shows_bob_adas_conversation_without_controls(browser: Browser, world: World) -> None:
+def test_a_shared_link_shows_bob_adas_conversation_without_controls_and_bob_copies_it(
+    browser: Browser, world: World
+) -> None:
     world.model.push(Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]), Step(text="Forty lines."))
     ada = browser.page("ada")
     start_session(ada)
@@ -461,6 +463,14 @@ def test_a_shared_link_shows_bob_adas_conversation_without_controls(browser: Bro
     for control in ("#composer", "#controls", "button.edit", "button.rewind", ".full-link", "#share-menu"):
         expect(bob.locator(control)).to_have_count(0)
     screenshot(bob, "shared")
+    bob.click("#copy-shared")
+    expect(bob.locator("#composer")).to_be_visible()
+    expect(bob.locator("#session-title")).to_have_text("How long are the notes? (copy)")
+    expect(bob.locator("#turn-1 .reply").last).to_contain_text("Forty lines.")
+    expect(bob.locator("#turn-1 .author")).to_have_text("You")
+    world.model.push(Step(text="Still forty."))
+    send(bob, "Sure?")
+    expect(bob.locator("#turn-2 .reply").last).to_contain_text("Still forty.")
     ada.click("#share-stop")
     expect(ada.locator("#share-start")).to_be_visible()
     assert bob.request.get(link).status == 404, "a stopped link shows nothing"

@@ -9,6 +9,7 @@ from sessions_app.hygiene import (
     StatedContext,
     UploadedFile,
     compose_message,
+    restated_message,
     size_text,
     stated_after,
 )
@@ -183,3 +184,33 @@ def test_uploads_are_said_last_every_time(config: ContextConfig) -> None:
         "Uploaded: docs/spec.pdf, 34 KB; a b.txt, 3 bytes.\n</note>"
     )
     assert stated_after(KNOWN, said) == StatedContext("ws", "qwen", "edit", "2026-11-29", None, "Be brief.")
+
+
+def test_a_restated_message_states_exactly_the_items_given_and_never_instructions(config: ContextConfig) -> None:
+    first = compose(config, NOTHING_STATED, instructions="secret", session_instructions="also secret")
+    again = restated_message(
+        "hello",
+        workspace="copy-ws",
+        model="qwen",
+        mode="edit",
+        mode_text=PLAN,
+        mode_first=True,
+        date="2026-11-29",
+        config=config,
+        uploads=[UploadedFile("a.txt", 3)],
+    )
+    assert again.text == first.text.split("\n\nThe workspace's instructions")[0].replace('"ws"', '"copy-ws"') + (
+        "\n\nUploaded: a.txt, 3 bytes.\n</note>"
+    )
+    assert (again.workspace_noted, again.instructions_noted, again.session_instructions_noted) == (
+        "copy-ws",
+        None,
+        None,
+    )
+    later = restated_message(
+        "hello", workspace=None, model=None, mode="plan", mode_text=PLAN, mode_first=False, date=None, config=config
+    )
+    assert later.text == compose(config, KNOWN, mode="plan").text, "a change of mode, said as a change"
+    assert restated_message(
+        "hello", workspace=None, model=None, mode=None, mode_text="", mode_first=False, date=None, config=config
+    ) == ComposedMessage("hello")

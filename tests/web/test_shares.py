@@ -1,17 +1,21 @@
 """Read-only links: the owner starts and stops one; anyone signed in who has it sees the live branch and its
-results with no controls; nobody else can start, stop or guess one."""
+results with no controls, and can copy that into a session of their own; nobody else can start, stop or guess
+one."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from chat.agent.loop import ReplyLoop
-from sessions_app.models import ChatSession, SessionShare
+from sessions_app.models import ChatSession, ModelRequest, Result, SessionShare, Turn
+from sessions_app.services.locks import reply_lock
 from sessions_app.services.sessions import session_delete
+from sessions_app.services.workspaces import workspace_private
 from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
@@ -80,3 +84,93 @@ def test_a_stopped_link_shows_nothing_and_only_the_owner_starts_or_stops_one(
     session_delete(session=live_session)
     assert bob.get(again).status_code == 404, "a deleted session is shown to nobody"
     assert bob.get("/shared/not-a-token/").status_code == 404
+
+
+def _shared_link(ada: Client, session: ChatSession) -> str:
+    return _link(ada.post(f"/sessions/{session.pk}/share", headers={"HX-Request": "true"}).content.decode())
+
+
+def test_a_copy_holds_what_the_link_shows_and_none_of_the_owners_instructions_settings_or_requests(
+    ada: Client, bob: Client, other_user: Any, live_session: ChatSession, model: ScriptedServer, workspace_dir: Path
+) -> None:
+    (workspace_dir / "AGENTS.md").write_text("Keep the workspace's house style secret.\n")
+    ChatSession.objects.filter(pk=live_session.pk).update(instructions="Answer like a pirate.", temperature=0.3)
+    model.push(Step(text="Reading.", tool_calls=[("read", {"path": "notes.md"})]), Step(text="**30** lines."))
+    run(ReplyLoop(ChatSession.objects.get(pk=live_session.pk)).send("How long are the notes?"))
+    model.push(Step(text="Taken back later."))
+    loop = ReplyLoop(ChatSession.objects.get(pk=live_session.pk))
+    run(loop.send("Something to undo"))
+    run(ReplyLoop(ChatSession.objects.get(pk=live_session.pk)).undo())
+    model.push(Step(tool_calls=[("read", {"path": "notes.md", "offset": 5, "limit": 2})]), Step(text="Lines 5 and 6."))
+    run(ReplyLoop(ChatSession.objects.get(pk=live_session.pk)).send("Show lines 5 and 6."))
+    owner_turns = Turn.objects.filter(session=live_session).count()
+    assert "pirate" in Turn.objects.filter(session=live_session).order_by("number").first().message  # type: ignore[union-attr]
+    link = _shared_link(ada, live_session)
+
+    copied = bob.post(f"{link}copy")
+
+    assert copied.status_code == 302
+    copy = ChatSession.objects.get(owner=other_user)
+    assert copied["Location"] == f"/sessions/{copy.pk}/"
+    assert copy.workspace == workspace_private(user=other_user)
+    assert copy.title == "How long are the notes? (copy)"
+    assert (copy.instructions, copy.temperature, copy.max_tokens) == ("", None, None)
+    turns = list(Turn.objects.filter(session=copy).order_by("number"))
+    assert [turn.words for turn in turns] == ["How long are the notes?", "Show lines 5 and 6."], "the live branch"
+    assert [turn.position for turn in turns] == [1, 2]
+    for turn in turns:
+        assert "pirate" not in turn.message and "house style" not in turn.message
+        assert turn.note_instructions is None and turn.note_session_instructions is None
+    assert f'Workspace: "{copy.workspace.name}".' in turns[0].message
+    assert "Your model: scripted." in turns[0].message and "The permission mode is " in turns[0].message
+    assert [r.inserted_text[:7] for r in Result.objects.filter(session=copy).order_by("number")] == [
+        "[#0001 ",
+        "[#0002 ",
+    ]
+    assert not ModelRequest.objects.filter(session=copy).exists(), "the owner's requests stay with the owner"
+    assert Turn.objects.filter(session=live_session).count() == owner_turns, "the owner's session is as it was"
+    assert bob.get(f"/sessions/{copy.pk}/").status_code == 200
+    assert ada.get(f"/sessions/{copy.pk}/").status_code == 404, "the copy is Bob's alone"
+
+    model.push(Step(text="Aye."))
+    went_on = run(ReplyLoop(ChatSession.objects.get(pk=copy.pk)).send("Go on."))
+    assert went_on.turn.status == "done"
+    body = model.requests[-1].decode()
+    assert "pirate" not in body and "house style" not in body
+    assert "How long are the notes?" in body and "Lines 5 and 6." in body, "the conversation goes on"
+
+
+def test_a_copy_is_refused_while_a_reply_runs_and_for_a_stopped_link(
+    ada: Client, bob: Client, client: Client, other_user: Any, live_session: ChatSession
+) -> None:
+    link = _shared_link(ada, live_session)
+    assert bob.get(f"{link}copy").status_code == 405
+    assert Client().post(f"{link}copy").status_code == 302, "signed in to this Cachet only"
+    with reply_lock(live_session):
+        refused = bob.post(f"{link}copy")
+    assert refused.status_code == 409
+    assert "A reply is running in this session" in refused.content.decode()
+    ada.post(f"/sessions/{live_session.pk}/share/stop")
+    assert bob.post(f"{link}copy").status_code == 404
+    assert not ChatSession.objects.filter(owner=other_user).exists()
+
+
+def test_a_copy_of_a_compacted_session_goes_on_from_its_summary(
+    ada: Client, bob: Client, other_user: Any, live_session: ChatSession, model: ScriptedServer
+) -> None:
+    model.push(Step(text="Thirty lines."), Step(text="SUMMARY: the notes have thirty lines."), Step(text="Yes."))
+    run(ReplyLoop(ChatSession.objects.get(pk=live_session.pk)).send("How long are the notes?"))
+    run(ReplyLoop(ChatSession.objects.get(pk=live_session.pk)).compact())
+    run(ReplyLoop(ChatSession.objects.get(pk=live_session.pk)).send("Sure?"))
+
+    assert bob.post(f"{_shared_link(ada, live_session)}copy").status_code == 302
+
+    copy = ChatSession.objects.get(owner=other_user)
+    assert copy.generation_number == 2
+    second = Turn.objects.get(session=copy, words="Sure?")
+    assert f'Workspace: "{copy.workspace.name}".' in second.message, "a generation's first message: the full note"
+    model.push(Step(text="Still thirty."))
+    assert run(ReplyLoop(ChatSession.objects.get(pk=copy.pk)).send("And now?")).turn.status == "done"
+    body = model.requests[-1].decode()
+    assert "SUMMARY: the notes have thirty lines." in body and "Sure?" in body
+    assert "How long are the notes?" not in body, "the turns the summary covers stay out"
