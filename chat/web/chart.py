@@ -341,6 +341,15 @@ def totals_brief(totals: RequestTotals) -> str:
     return ", ".join(parts)
 
 
+def headline_text(totals: RequestTotals) -> str:
+    """The chart's summary in a few words, for the page's header: requests, and the share of their prompts cached."""
+    if not totals.requests:
+        return "No requests yet"
+    share = totals.cached_share
+    cached = f" · {share * 100:.0f} % cached" if share is not None else ""
+    return f"{totals.requests:,} request{'s' if totals.requests != 1 else ''}{cached}"
+
+
 def summary_text(totals: RequestTotals) -> str:
     """The chart's summary line: the session's requests added up, and what the prompt cache saved."""
     if not totals.requests:

@@ -121,6 +121,11 @@ def summary_put(totals: RequestTotals) -> Put:
     )
 
 
+def headline_put(totals: RequestTotals) -> Put:
+    """The chart's summary in the page's header, on the button that opens and closes the chart."""
+    return Put("chart-headline", format_html('<span id="chart-headline">{}</span>', chart.headline_text(totals)))
+
+
 def title_put(session: ChatSession) -> Put:
     return Put("session-title", _render("_title.html", {"session": session}))
 

@@ -138,7 +138,7 @@ def _request_finished(event: Event) -> list[str]:
         timed_tokens=event["totals_timed_tokens"],
         timed_seconds=event["totals_timed_seconds"],
     )
-    return pack([*_bar_put(event), fragments.summary_put(totals)])
+    return pack([*_bar_put(event), fragments.summary_put(totals), fragments.headline_put(totals)])
 
 
 def _cache_checked(event: Event) -> list[str]:

@@ -224,6 +224,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
     revision = session.revision
     running = reply_running(session)
     requests, more, first_index = chart_requests(session)
+    totals = session_totals(session)
     context = {
         "session": session,
         "session_id": session.pk,
@@ -232,7 +233,8 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         "running": running,
         "modes": Mode.choices,
         "chart": fragments.chart_markup(session, requests, more=more, first_index=first_index),
-        "summary": chart.summary_text(session_totals(session)),
+        "summary": chart.summary_text(totals),
+        "headline": chart.headline_text(totals),
         "window_text": window_text(window_of(session.endpoint)),
         "ws_path": f"/ws/sessions/{session.pk}/",
         "read_only": str(refused) if refused is not None else "",

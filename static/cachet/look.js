@@ -369,11 +369,24 @@
   });
 
   // --- the chart folds to its summary line; the server draws it as it was left (a cookie) ------------------
+  // --- and opens or closes from its headline in the page's header --------------------------------------------
   document.addEventListener("toggle", function (event) {
     var fold = event.target;
     if (!fold || fold.id !== "chart-fold") return;
     document.cookie = "cachet_chart=" + (fold.open ? "open" : "folded") + "; path=/; max-age=31536000; SameSite=Lax";
+    var toggle = document.getElementById("chart-toggle");
+    if (toggle) toggle.setAttribute("aria-expanded", fold.open ? "true" : "false");
   }, true);
+  document.addEventListener("click", function (event) {
+    var toggle = event.target && event.target.closest ? event.target.closest("#chart-toggle") : null;
+    var fold = document.getElementById("chart-fold");
+    if (!toggle || !fold) return;
+    fold.open = !fold.open;
+    if (fold.open) {
+      var side = document.getElementById("side");
+      if (side && side.getBoundingClientRect().top > window.innerHeight) side.scrollIntoView({block: "start"});
+    }
+  });
 
   document.addEventListener("click", function (event) {
     var target = event.target;

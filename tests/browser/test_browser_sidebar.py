@@ -234,7 +234,7 @@ def test_attach_by_button_paste_and_drop_then_the_message_says_what_arrived(brow
     assert re.search(r"\n\nUploaded: pasted-\d{8}-\d{6}\.png, 8 bytes; image\.png, 8 bytes\.\n</note>$", said)
 
 
-def test_the_chart_shows_a_card_on_hover_focus_and_click_and_folds_to_its_summary(
+def test_the_chart_shows_a_card_on_hover_focus_and_click_and_opens_and_closes_from_its_headline(
     browser: Browser, world: World
 ) -> None:
     world.model.push(Step(text="One."), Step(text="Two."))
@@ -265,14 +265,24 @@ def test_the_chart_shows_a_card_on_hover_focus_and_click_and_folds_to_its_summar
     expect(card).to_be_empty()
 
     chat_width = page.locator("#conversation").bounding_box()["width"]
+    toggle = page.locator("#chart-toggle")
+    expect(toggle).to_have_text(re.compile(r"^\s*2 requests · \d+ % cached$"))
+    expect(toggle).to_have_attribute("aria-expanded", "true")
     page.locator("#chart-fold > summary").click()
     expect(page.locator("#chart")).to_be_hidden()
-    expect(page.locator("#chart-summary")).to_contain_text("2 requests")
-    assert page.locator("#conversation").bounding_box()["width"] > chat_width, "the talk takes the room"
+    expect(page.locator("#side")).to_be_hidden()
+    expect(toggle).to_have_attribute("aria-expanded", "false")
+    talk, body = page.locator("#conversation").bounding_box(), page.locator(".chat-body").bounding_box()
+    assert talk["width"] > chat_width, "the talk takes the room"
+    assert abs((talk["x"] - body["x"]) - (body["x"] + body["width"] - talk["x"] - talk["width"])) < 2, "centred"
     page.reload()
     expect(page.locator("#chart-fold")).not_to_have_attribute("open", "")
-    page.locator("#chart-fold > summary").click()
+    expect(page.locator("#chart-toggle")).to_have_attribute("aria-expanded", "false")
+    page.locator("#chart-toggle").click()
     expect(page.locator("#chart")).to_be_visible()
+    expect(page.locator("#chart-toggle")).to_have_attribute("aria-expanded", "true")
+    page.reload()
+    expect(page.locator("#chart")).to_be_visible()  # open is remembered too
 
 
 def test_after_the_first_reply_the_model_titles_the_session_in_the_heading_and_the_sidebar(

@@ -7,7 +7,7 @@ from functools import reduce
 import pytest
 
 from chat.agent.loop import ReplyLoop
-from chat.web.chart import summary_text
+from chat.web.chart import headline_text, summary_text
 from sessions_app.models import ChatSession, ModelRequest
 from sessions_app.selectors.totals import RequestTotals, session_totals, with_totals
 from testing.scripted_server import ScriptedServer, Step
@@ -49,4 +49,12 @@ def test_without_the_servers_own_timing_no_speed_is_claimed() -> None:
     assert totals.saved_seconds is None and totals.processed_tokens == 200
     assert summary_text(totals) == "2 requests · 1,000 prompt tokens, 80 % cached · 200 processed in 1.5 s · " + (
         "the cache saved 800 tokens"
+    )
+
+
+def test_the_headline_says_the_requests_and_the_share_cached_in_a_few_words() -> None:
+    assert headline_text(RequestTotals()) == "No requests yet"
+    assert headline_text(RequestTotals(requests=1)) == "1 request"
+    assert headline_text(RequestTotals(requests=1234, prompt_tokens=1000, cached_tokens=805)) == (
+        "1,234 requests · 80 % cached"
     )

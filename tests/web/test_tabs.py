@@ -5,6 +5,7 @@ from the store is read once for all the tabs of a process."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,7 @@ def test_a_finished_request_shows_its_bar_and_the_summary_as_the_chart_page_does
     assert bars[-1].request.pk == finished.request.pk and len(bars) == 3
     assert ops[f"bar-{finished.request.pk}"] == fragments.bar_put(bars[-1], window=fragments.chart_window(session)).html
     assert ops["chart-summary"] == fragments.summary_put(session_totals(session)).html
+    assert re.fullmatch(r'<span id="chart-headline">3 requests · \d+ % cached</span>', ops["chart-headline"])
     assert ops["axis-titles"] == fragments.axis_put(fragments.chart_window(session)).html
 
 
