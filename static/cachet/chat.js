@@ -339,6 +339,22 @@
     if (article) startEdit(article);
   });
 
+  // Regenerate on a reply asks for it again: the last one as it was asked (its message unchanged, so the prompt
+  // cache holds), an earlier one as a new branch from its turn with the same words (the old branch is kept).
+  document.addEventListener("click", function (event) {
+    var button = event.target && event.target.closest ? event.target.closest("button.regenerate-turn") : null;
+    var article = button ? button.closest("article.turn") : null;
+    if (!article) return;
+    var turns = document.querySelectorAll("#transcript article.turn");
+    if (turns[turns.length - 1] === article) {
+      send({ type: "regenerate", restore: restoreFiles() });
+      return;
+    }
+    var source = article.querySelector("template.edit-words");
+    if (!source) return;
+    send({ type: "edit", turn: parseInt(article.dataset.turn, 10), text: source.content.textContent, restore: restoreFiles() });
+  });
+
   var transcriptEnd = true;
   function nearEnd() {
     return window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;

@@ -115,3 +115,35 @@ def test_regenerate_adds_a_sibling_and_labels_follow_the_live_branch(browser: Br
     expect(page.locator("#turn-5 .reply")).to_have_text("Answer three, anew.")
     assert labels(page) == ["turn 1", "turn 2", "turn 3"]
     assert browser.errors == []
+
+
+def test_regenerate_on_any_reply_branches_from_its_turn_and_on_the_last_asks_it_again(
+    browser: Browser, world: World
+) -> None:
+    world.model.push(Step(text="Answer one."), Step(text="Answer two."))
+    page = browser.page("ada")
+    start_session(page)
+    say(page, 1, "First question")
+    say(page, 2, "Second question")
+    regenerate = page.locator("#turn-1 .msg.model button.regenerate-turn")
+    assert regenerate.evaluate("button => getComputedStyle(button.parentElement).opacity") == "0", "shown on hover"
+    page.locator("#turn-1 .msg.model").hover()
+    expect(regenerate).to_have_css("opacity", "1")
+    world.model.push(Step(text="Answer one, again."))
+    regenerate.click()
+    expect(page.locator("#turn-3")).to_have_attribute("data-status", "done")
+    wait_idle(page)
+    expect(page.locator("#turn-3 .siblings")).to_have_text("◀ 2 / 2 ▶")
+    expect(page.locator("#turn-1")).to_have_count(0)
+    expect(page.locator("#turn-2")).to_have_count(0)
+    assert labels(page) == ["turn 1"]
+    sent = last_request(world)
+    assert [m["role"] for m in sent] == ["user"] and sent[0]["content"].startswith("First question")
+    world.model.push(Step(text="Answer one, a third time."))
+    page.locator("#turn-3 .msg.model").hover()
+    page.locator("#turn-3 button.regenerate-turn").click()
+    expect(page.locator("#turn-4")).to_have_attribute("data-status", "done")
+    expect(page.locator("#turn-4 .siblings")).to_have_text("◀ 3 / 3 ▶")
+    again = last_request(world)
+    assert again[0]["content"] == sent[0]["content"], "the last reply asked again with its message as it was"
+    assert browser.errors == []
