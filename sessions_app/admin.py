@@ -390,8 +390,8 @@ class StepInline(ReadOnlyInline):
 
 @admin.register(Turn)
 class TurnAdmin(ReadOnlyAdmin):
-    list_display = ["session", "number", "status", "short_words", "started_at"]
-    list_filter = ["status", "session__owner"]
+    list_display = ["session", "number", "status", "short_words", "rating", "started_at"]
+    list_filter = ["status", "rating", "session__owner"]
     search_fields = ["words", "message", "reply_text"]
     inlines = [StepInline]
 

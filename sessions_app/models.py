@@ -241,6 +241,13 @@ class TurnStatus(models.TextChoices):
     TAKEN_BACK = "taken_back", "taken back"
 
 
+class Rating(models.TextChoices):
+    """A person's thumbs on a reply (``Turn.rating``), kept for the admin."""
+
+    UP = "up", "thumbs up"
+    DOWN = "down", "thumbs down"
+
+
 class TakenBackBy(models.TextChoices):
     """What took a turn back (``Turn.taken_back_by``)."""
 
@@ -284,6 +291,8 @@ class Turn(models.Model):
     revision = models.PositiveBigIntegerField(default=0)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    rating = models.CharField(max_length=4, choices=Rating.choices, blank=True)  # the owner's thumbs on the reply
+    rated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["session", "number"]

@@ -23,6 +23,7 @@ urlpatterns = [
     path("sessions/<id:session_id>/turns/", views.session_turns, name="session_turns"),
     path("sessions/<id:session_id>/turns/<id:number>/", views.session_turn, name="session_turn"),
     path("sessions/<id:session_id>/turns/<id:number>/source", views.session_turn_source, name="session_turn_source"),
+    path("sessions/<id:session_id>/turns/<id:number>/rating", views.turn_rating_view, name="turn_rating"),
     path("sessions/<id:session_id>/results/<id:number>/", views.result_page, name="result"),
     path("sessions/<id:session_id>/attach", attachments.attach_view, name="session_attach"),
     path(

@@ -39,7 +39,7 @@ from chat.web.sync import chart_requests
 from sessions_app import prompts
 from sessions_app.errors import StoreError
 from sessions_app.hygiene import count_lines, line_window
-from sessions_app.models import ChatSession, Mode, Theme, Turn
+from sessions_app.models import ChatSession, Mode, Rating, Theme, Turn, TurnStatus
 from sessions_app.selectors.requests import finished_requests
 from sessions_app.selectors.search import SEARCH_LIMIT, session_search
 from sessions_app.selectors.sessions import (
@@ -61,6 +61,7 @@ from sessions_app.services.sessions import (
     session_start,
 )
 from sessions_app.services.settings import theme_set
+from sessions_app.services.turns import turn_rate
 from sessions_app.services.workspaces import workspace_private
 from sessions_app.text import title_from
 
@@ -272,6 +273,25 @@ def session_turn(request: HttpRequest, session_id: int, number: int) -> HttpResp
     if request.GET.get("whole"):
         return render(request, "chat/turn_whole.html", {"session": session, "turn": turn, "t": view})
     return render(request, "chat/_turn.html", {"t": view, "session_id": session.pk})
+
+
+@login_required
+@require_POST
+def turn_rating_view(request: HtmxHttpRequest, session_id: int, number: int) -> HttpResponse:
+    """The owner's thumbs up or down on a reply (pressing the pressed one takes it back), kept for the admin."""
+    session = _session(request, session_id)
+    if workspace_refusal(session=session) is not None:
+        return HttpResponse("This session is read-only.", status=403)
+    turn = Turn.objects.filter(session=session, number=number).exclude(status=TurnStatus.OPEN).first()
+    if turn is None:
+        raise Http404("No such turn, or its reply is still running.")
+    rating = request.POST.get("rating", "")
+    if rating not in Rating.values:
+        return HttpResponse("A rating is up or down.", status=400)
+    turn = turn_rate(turn=turn, rating="" if rating == turn.rating else rating)
+    if request.htmx:
+        return render(request, "chat/_rating.html", {"session_id": session.pk, "n": turn.number, "rating": turn.rating})
+    return redirect(reverse("session", args=[session.pk]) + f"#turn-{turn.number}")
 
 
 @login_required

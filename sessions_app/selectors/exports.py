@@ -26,6 +26,7 @@ from sessions_app.models import (
     LastRequest,
     Mode,
     ModelRequest,
+    Rating,
     RequestKind,
     RequestStatus,
     Result,
@@ -130,9 +131,9 @@ def _whole(
     return Field(name, "whole", nullable=nullable, minimum=minimum, source=source, added=added)
 
 
-def _moment(name: str, *, nullable: bool = False, imported: bool = True) -> Field:
+def _moment(name: str, *, nullable: bool = False, imported: bool = True, added: bool = False) -> Field:
     """A time, or null; null in a field that cannot be null is read back as the time of the import."""
-    return Field(name, "moment", nullable=nullable, imported=imported)
+    return Field(name, "moment", nullable=nullable, imported=imported, added=added)
 
 
 SESSION = Table(
@@ -209,6 +210,8 @@ TURNS = Table(
         _moment("finished_at", nullable=True),
         _whole("parent", minimum=1, nullable=True, source="parent__number"),
         _whole("generation", minimum=1, source="generation__number"),
+        _choice("rating", Rating.values, blank=True, added=True),
+        _moment("rated_at", nullable=True, added=True),
     ),
 )
 STEPS = Table(

@@ -95,7 +95,7 @@ def as_seen(
                 config=config,
             )
         )
-        turn["note_instructions"] = turn["note_session_instructions"] = None
+        turn.update(note_instructions=None, note_session_instructions=None, rating="", rated_at=None)
     for generation in generations:
         resumed = generation.get("resumed_turn")
         if resumed is not None and resumed in kept and generation.get("resumed_message"):

@@ -374,3 +374,12 @@ def turns_interrupt_orphans(*, session: ChatSession, reason: str) -> int:
         turn_fail(turn=turn, error=reason, unstored=turn_draft_text(turn), interrupted=True)
         count += 1
     return count
+
+
+@transaction.atomic
+def turn_rate(*, turn: Turn, rating: str) -> Turn:
+    """The owner's thumbs up or down (``Rating``) on ``turn``'s reply, ``""`` taking it back; kept for the admin."""
+    turn.rating = rating
+    turn.rated_at = timezone.now() if rating else None
+    turn.save(update_fields=["rating", "rated_at"])
+    return turn

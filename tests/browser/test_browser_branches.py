@@ -117,7 +117,7 @@ def test_regenerate_adds_a_sibling_and_labels_follow_the_live_branch(browser: Br
     assert browser.errors == []
 
 
-def test_regenerate_on_any_reply_branches_from_its_turn_and_on_the_last_asks_it_again(
+def test_regenerate_on_any_reply_branches_from_its_turn_the_last_is_asked_again_and_a_rating_is_kept(
     browser: Browser, world: World
 ) -> None:
     world.model.push(Step(text="Answer one."), Step(text="Answer two."))
@@ -146,4 +146,13 @@ def test_regenerate_on_any_reply_branches_from_its_turn_and_on_the_last_asks_it_
     expect(page.locator("#turn-4 .siblings")).to_have_text("◀ 3 / 3 ▶")
     again = last_request(world)
     assert again[0]["content"] == sent[0]["content"], "the last reply asked again with its message as it was"
+    wait_idle(page)
+    page.locator("#turn-4 .msg.model").hover()
+    page.locator("#turn-4").get_by_role("button", name="Good reply").click()
+    expect(page.locator("#turn-4").get_by_role("button", name="Good reply")).to_have_attribute("aria-pressed", "true")
+    page.reload()
+    page.locator("h1").hover()
+    thumbs = page.locator("#turn-4").get_by_role("button", name="Good reply")
+    expect(thumbs).to_have_attribute("aria-pressed", "true")
+    expect(page.locator("#turn-4 .reply-tools")).to_have_css("opacity", "1")  # a rated reply shows its rating
     assert browser.errors == []

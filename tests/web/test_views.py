@@ -543,3 +543,42 @@ def test_new_chat_stores_the_session_with_its_first_message_and_never_an_empty_o
         {"kind": "send", "words": "What is here?"},
     ), "the reply is queued with the message, as a tab sends it"
     assert ChatSession.objects.filter(owner=user).count() == 2
+
+
+def test_the_owner_rates_a_reply_up_or_down_and_takes_it_back_and_staff_see_it(
+    ada: Client, bob: Client, admin_client: Client, live_session: ChatSession, model: ScriptedServer
+) -> None:
+    chatted(live_session, model)
+    url = f"/sessions/{live_session.pk}/turns/1/rating"
+    htmx = {"HX-Request": "true"}
+
+    rated = ada.post(url, {"rating": "up"}, headers=htmx)
+
+    assert rated.status_code == 200
+    page = rated.content.decode()
+    assert re.search(r'class="link rate rate-up"[^>]*aria-pressed="true"', page)
+    assert re.search(r'class="link rate rate-down"[^>]*aria-pressed="false"', page)
+    turn = Turn.objects.get(session=live_session, number=1)
+    assert turn.rating == "up" and turn.rated_at is not None
+    assert 'aria-pressed="true"' in ada.get(f"/sessions/{live_session.pk}/").content.decode(), "kept"
+    assert ada.post(url, {"rating": "down"}, headers=htmx).status_code == 200
+    assert Turn.objects.get(pk=turn.pk).rating == "down"
+    assert ada.post(url, {"rating": "down"}).status_code == 302, "without htmx: back to the page"
+    turn.refresh_from_db()
+    assert turn.rating == "" and turn.rated_at is None, "pressed again, taken back"
+    assert ada.post(url, {"rating": "meh"}).status_code == 400
+    assert ada.get(url).status_code == 405
+    assert bob.post(url, {"rating": "down"}).status_code == 404, "only the owner"
+    assert ada.post(f"/sessions/{live_session.pk}/turns/9/rating", {"rating": "up"}).status_code == 404
+    ada.post(url, {"rating": "up"})
+    listed = admin_client.get("/admin/sessions_app/turn/?rating__exact=up").content.decode()
+    assert "thumbs up" in listed and "How long are the notes?" in listed
+    assert (
+        "How long are the notes?"
+        not in admin_client.get("/admin/sessions_app/turn/?rating__exact=down").content.decode()
+    )
+
+
+def test_a_running_reply_cannot_be_rated(ada: Client, live_session: ChatSession) -> None:
+    turn_start(session=live_session, words="Still going", today="2026-12-07", instructions=None)
+    assert ada.post(f"/sessions/{live_session.pk}/turns/1/rating", {"rating": "up"}).status_code == 404
