@@ -157,6 +157,12 @@ def login(page: Any, url: str, user: str) -> None:
     page.wait_for_selector("#composer-text")
 
 
+def from_more(page: Any, name: str) -> None:
+    """Open the composer's More menu and press ``name`` in it (Undo, Regenerate, Compact now)."""
+    page.locator("#more-button").click()
+    page.locator("#options").get_by_role("button", name=name, exact=True).click()
+
+
 def screenshot(page: Any, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from sessions_app.models import BreakCause, ModelRequest
 from testing.scripted_server import Step
-from tests.browser.browser_kit import Browser, World, in_thread, screenshot
+from tests.browser.browser_kit import Browser, World, from_more, in_thread, screenshot
 from tests.browser.test_browser_chat import send, start_session, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -88,11 +88,11 @@ def test_regenerate_adds_a_sibling_and_labels_follow_the_live_branch(browser: Br
     start_session(page)
     for number, words in enumerate(["First question", "Second question", "Third question"], start=1):
         say(page, number, words)
-    page.click("#undo-button")
+    from_more(page, "Undo")
     expect(page.locator("#turn-3")).to_have_count(0)
     wait_idle(page)
     world.model.push(Step(text="Answer two, again."))
-    page.click("#regenerate-button")
+    from_more(page, "Regenerate")
     expect(page.locator("#turn-4")).to_have_attribute("data-status", "done")
     wait_idle(page)
     expect(page.locator("#turn-2")).to_have_count(0)

@@ -17,7 +17,16 @@ from sessions_app.models import ChatSession, ModelRequest, Turn, TurnStatus, Wor
 from sessions_app.selectors.sessions import endpoint_default
 from sessions_app.services.sessions import session_start
 from testing.scripted_server import Step
-from tests.browser.browser_kit import PHONE, Browser, World, in_thread, login, publish_screenshots, screenshot
+from tests.browser.browser_kit import (
+    PHONE,
+    Browser,
+    World,
+    from_more,
+    in_thread,
+    login,
+    publish_screenshots,
+    screenshot,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=15_000)
@@ -189,14 +198,14 @@ def test_undo_rewind_and_regenerate(browser: Browser, world: World) -> None:
     assert (world.folder / "new.txt").exists()
     expect(page.locator("#turn-1 .tool")).to_have_count(2)
     # undo: the last turn goes, its words come back into the box
-    page.click("#undo-button")
+    from_more(page, "Undo")
     expect(page.locator("#turn-3")).to_have_count(0)
     expect(page.locator("#composer-text")).to_have_value("Third question")
     expect(page.locator("#notice")).to_contain_text("Took back turn 3.")
     wait_idle(page)
     # regenerate: the last reply is asked again with the same message
     world.model.push(Step(text="Answer two, regenerated."))
-    page.click("#regenerate-button")
+    from_more(page, "Regenerate")
     expect(page.locator("#turn-4")).to_have_attribute("data-status", "done")
     expect(page.locator("#turn-2")).to_have_count(0)
     expect(page.locator("#turn-4 .words")).to_have_text("Second question")
@@ -204,7 +213,9 @@ def test_undo_rewind_and_regenerate(browser: Browser, world: World) -> None:
     wait_idle(page)
     # rewind to turn 1, restoring files: new.txt goes, app.py was changed since, so it is a conflict
     (world.folder / "app.py").write_text("changed by a person\n")
+    page.locator("#more-button").click()
     page.check("#restore-files")
+    page.locator("#more-button").click()
     asked: list[str] = []
 
     def dismissed(dialog: Any) -> None:
@@ -318,7 +329,7 @@ def test_mode_switch_and_compact_now(browser: Browser, world: World) -> None:
     expect(page.locator("#turn-2 .note", has_text="mode plan")).to_have_count(1)
     wait_idle(page)
     # compact now: the summary shows as a marker; the next request breaks the prefix for that cause
-    page.click("#compact-button")
+    from_more(page, "Compact now")
     expect(page.locator(".compaction")).to_contain_text("Compacted")
     expect(page.locator(".compaction")).to_contain_text("turns up to 2")
     expect(page.locator("#chart svg g.bar")).to_have_count(3)

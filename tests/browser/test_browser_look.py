@@ -167,8 +167,10 @@ def test_a_reply_finished_in_a_hidden_tab_marks_the_title_and_notifies(browser: 
     expect(page.locator("#turn-1 .reply")).to_have_text("Seen at once.")
     wait_idle(page)
     assert page.title() == title, "a reply seen as it finished changes nothing"
+    page.get_by_role("button", name="More").click()
     page.get_by_label("Notify me").check()
     expect(page.get_by_label("Notify me")).to_be_checked()
+    page.get_by_role("button", name="More").click()
     assert page.evaluate("Notification.permission") == "granted"
 
     page.evaluate(HIDE, True)
@@ -213,20 +215,21 @@ def test_the_phone_layout_pins_the_composer_keeps_one_row_and_puts_the_chart_beh
         dock, text = box(page, ".dock"), box(page, "#composer-text")
         assert abs(dock["y"] + dock["height"] - 844) < 1, dock
         assert text["y"] > 844 - 200 and text["y"] + text["height"] <= 844, text
-    # the controls in one row, all on the screen
-    row = [box(page, selector) for selector in ("#send-button", "#stop-button", "#undo-button", "#regenerate-button")]
-    row.append(box(page, "#more-button"))
-    assert max(b["y"] for b in row) - min(b["y"] for b in row) < 1, row
+    # attach, the mode, More and Send in one row, all on the screen (Stop takes Send's place while a reply runs)
+    row = [box(page, selector) for selector in (".attach-button", "#mode-select", "#more-button", "#send-button")]
+    assert all(abs(b["y"] + b["height"] / 2 - row[0]["y"] - row[0]["height"] / 2) < 3 for b in row), row
     assert all(b["x"] >= 0 and b["x"] + b["width"] <= 390 for b in row), row
     assert all(left["x"] + left["width"] <= right["x"] for left, right in itertools.pairwise(row)), row
-    expect(page.locator("#compact-button")).to_be_hidden()
+    expect(page.locator("#stop-button")).to_be_hidden()
+    expect(page.locator(".compact-proxy")).to_be_hidden()
     expect(page.locator("#restore-files")).to_be_hidden()
     screenshot(page, "phone_chat")
 
     # More opens the less-used controls, above the row
     page.get_by_role("button", name="More").tap()
     expect(page.get_by_label("restore files")).to_be_visible()
-    expect(page.locator("#mode-select")).to_be_visible()
+    expect(page.locator("#options").get_by_role("button", name="Undo")).to_be_visible()
+    expect(page.locator("#options").get_by_role("button", name="Regenerate")).to_be_visible()
     expect(page.locator(".compact-proxy")).to_be_visible()
     expect(page.locator(".export-links").get_by_role("link", name="JSON")).to_be_visible()
     expect(page.locator("#export-menu")).to_be_hidden()
@@ -266,14 +269,18 @@ def test_the_phone_layout_pins_the_composer_keeps_one_row_and_puts_the_chart_beh
     page.get_by_role("tab", name="Chat").tap()
     expect(page.locator("#composer-text")).to_be_visible()
 
-    # the desktop layout is as it was: no tabs, no More, Compact now in the row, the chart beside the talk
+    # the desktop layout: no tabs, the same row and More, the chart beside the talk
     desk = browser.page("ada")
     desk.goto(page.url)
     wait_idle(desk)
     expect(desk.locator(".phone-tabs")).to_be_hidden()
-    expect(desk.locator("#more-button")).to_be_hidden()
-    expect(desk.locator("#compact-button")).to_be_visible()
-    expect(desk.locator("#restore-files")).to_be_visible()
+    expect(desk.locator("#more-button")).to_be_visible()
+    expect(desk.locator("#mode-select")).to_be_visible()
+    expect(desk.locator("#restore-files")).to_be_hidden()
+    desk.locator("#more-button").click()
+    expect(desk.locator(".compact-proxy")).to_be_visible()
+    expect(desk.locator(".export-links")).to_be_hidden()  # Export is in the head
+    desk.locator("#more-button").click()
     assert box(desk, "#chart")["x"] > box(desk, "#composer-text")["x"] + box(desk, "#composer-text")["width"]
 
 
