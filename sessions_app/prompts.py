@@ -94,6 +94,11 @@ def compact_task() -> str:
     return read_prompt("tasks/compact.md").replace("{{transcript}}", "").strip()
 
 
+def continue_words() -> str:
+    """The message a person sends with Continue under a reply that was cut off."""
+    return read_prompt("tasks/continue.md").strip()
+
+
 def title_task() -> str:
     """The message that asks for a session's title, after the conversation as the next turn would send it."""
     return read_prompt("tasks/title.md").strip()

@@ -82,6 +82,7 @@ class Step:
     chunk_size: int = 3
     delay: float = 0.0
     pause_at: tuple[int, ...] = ()
+    finish_reason: str | None = None  # what the answer ends with; by default "tool_calls" or "stop"
 
     def __post_init__(self) -> None:
         if self.fault is not None and self.fault not in FAULTS:
@@ -107,6 +108,7 @@ class Step:
             chunk_size=int(data.get("chunk_size", 3)),
             delay=float(data.get("delay", 0.0)),
             pause_at=tuple(int(position) for position in data.get("pause_at", ())),
+            finish_reason=data.get("finish_reason"),
         )
 
 
@@ -440,6 +442,8 @@ class _Answer:
 
     @property
     def finish_reason(self) -> str:
+        if self.step.finish_reason is not None:
+            return self.step.finish_reason
         return "tool_calls" if self.step.tool_calls else "stop"
 
     def arguments(self) -> list[tuple[str, str]]:

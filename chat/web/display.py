@@ -294,6 +294,20 @@ class TurnView:
         return self.failed and self.is_last
 
     @property
+    def cut_off(self) -> bool:
+        """The last reply, ended before the model finished it: stopped, interrupted, or out of tokens."""
+        if not self.is_last or self.is_open or self.turn.status == TurnStatus.FAILED:
+            return False
+        if self.turn.status == TurnStatus.INTERRUPTED or self.orphaned:
+            return bool(self.turn.reply_text or self.steps)
+        return bool(self.steps) and self.steps[-1].step.finish_reason == "length"
+
+    @property
+    def continue_values(self) -> str:
+        """What Continue sends: the person's message that asks the model to go on."""
+        return json.dumps({"type": "send", "text": prompts.continue_words()})
+
+    @property
     def live_step(self) -> int:
         return self.draft.number if self.draft is not None else len(self.steps) + 1
 

@@ -3,6 +3,7 @@ regenerate, stop, reload, two tabs, failures, the chart, and what another user m
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import urljoin
@@ -13,6 +14,7 @@ from playwright.sync_api import expect
 
 from chat.tools import tool_list
 from chat.web.forms import ModelChoice, model_for
+from sessions_app import prompts
 from sessions_app.models import ChatSession, ModelRequest, Turn, TurnStatus, Workspace
 from sessions_app.selectors.sessions import endpoint_default
 from sessions_app.services.sessions import session_start
@@ -262,6 +264,37 @@ def test_stop_mid_reply_then_retry(browser: Browser, world: World) -> None:
     expect(page.locator("#turn-2")).to_have_attribute("data-status", "done")
     expect(page.locator("#turn-1")).to_have_count(0)
     expect(page.locator("#turn-2 .reply")).to_have_text("A short answer this time.")
+
+
+def test_continue_asks_the_model_to_go_on_after_a_stop_and_after_the_length_limit(
+    browser: Browser, world: World
+) -> None:
+    world.model.push(Step(text=LONG_REPLY, chunk_size=2, pause_at=(15,)))
+    page = browser.page("ada")
+    start_session(page)
+    send(page, "Tell me a long story")
+    assert world.model.wait_paused(1)
+    page.wait_for_function("() => (document.querySelector('#stream-1') || {}).textContent?.length > 20")
+    page.click("#stop-button")
+    expect(page.locator("#turn-1")).to_have_attribute("data-status", "interrupted")
+    wait_idle(page)
+    world.model.push(Step(text="word20 word21 and then", finish_reason="length"))
+    page.locator("#turn-1 .turn-error").get_by_role("button", name="Continue").click()
+    expect(page.locator("#turn-2")).to_have_attribute("data-status", "done")
+    words = prompts.continue_words()
+    expect(page.locator("#turn-2 .words")).to_have_text(words)
+    sent = json.loads(world.model.requests[-1])["messages"]
+    assert sent[-2]["role"] == "assistant" and sent[-2]["content"].startswith("word0"), "the stopped reply, as it was"
+    assert sent[-1]["content"].startswith(words)
+    expect(page.locator("#turn-1 .continue")).to_be_hidden()  # only under the last reply
+    expect(page.locator("#turn-2 .cut-off")).to_contain_text("length limit")
+    wait_idle(page)
+    world.model.push(Step(text="The end."))
+    page.locator("#turn-2 .cut-off").get_by_role("button", name="Continue").click()
+    expect(page.locator("#turn-3")).to_have_attribute("data-status", "done")
+    expect(page.locator("#turn-3 .cut-off")).to_have_count(0)
+    expect(page.locator("#turn-2 .cut-off")).to_be_hidden()
+    assert browser.errors == []
 
 
 def test_reload_mid_reply_two_tabs_and_closing_the_tab(browser: Browser, world: World) -> None:
