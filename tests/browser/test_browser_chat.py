@@ -484,6 +484,23 @@ def test_a_working_session_for_the_readme(browser: Browser, world: World) -> Non
     shown = page.locator("#transcript").inner_text() + page.locator("#chart").inner_text()
     assert str(world.folder) not in shown, [line for line in shown.splitlines() if str(world.folder) in line]
     publish_screenshots(shots)
+    # the page at the widths people use, in both themes, with the chart open and closed: every control on the screen
+    for width in (1440, 1280):
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            page.set_viewport_size({"width": width, "height": 900})
+            for closed in (False, True):
+                if closed:
+                    page.locator("#chart-toggle").click()
+                    expect(page.locator("#side")).to_be_hidden()
+                screenshot(page, f"session-{width}-{scheme}{'-chart-closed' if closed else ''}")
+                for control in ("#send-button", "#more-button", "#mode-select", ".attach-button", "#chart-toggle"):
+                    found = page.locator(control).bounding_box()
+                    assert found is not None and found["x"] >= 0 and found["x"] + found["width"] <= width, control
+            page.locator("#chart-toggle").click()
+            expect(page.locator("#side")).to_be_visible()
+    phone.emulate_media(color_scheme="dark")
+    screenshot(phone, "session-390-dark")
 
 
 def test_a_shared_link_shows_bob_adas_conversation_without_controls_and_bob_copies_it(
