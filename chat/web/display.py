@@ -210,6 +210,13 @@ class ToolRow:
     more: bool = False
     not_run: bool = False
 
+    @property
+    def changed_paths(self) -> str:
+        """The files the call changed, as JSON (for Rewind here's question), or ``""``."""
+        changes = self.result.changed_files if self.result is not None else []
+        paths = [str(change.get("path", "")) for change in changes if change.get("path")]
+        return json.dumps(paths) if paths else ""
+
 
 @dataclass
 class StepView:

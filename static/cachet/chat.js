@@ -402,15 +402,21 @@
     if (!button) return;
     var article = button.closest("article.turn");
     var turns = [];
+    var changed = [];
     for (var turn = article; turn; turn = turn.nextElementSibling) {
-      if (turn.matches("article.turn")) turns.push(turn.querySelector(".turn-no").textContent.replace("turn ", ""));
+      if (!turn.matches("article.turn")) continue;
+      turns.push(turn.querySelector(".turn-no").textContent.replace("turn ", ""));
+      turn.querySelectorAll("li.tool[data-changed]").forEach(function (row) {
+        JSON.parse(row.dataset.changed).forEach(function (path) { if (changed.indexOf(path) < 0) changed.push(path); });
+      });
     }
     var restore = document.getElementById("restore-files");
     var taken = turns.length === 1 ? "turn " + turns[0] : turns.length + " turns (" + turns[0] + " to " +
       turns[turns.length - 1] + ")";
-    var files = restore && restore.checked ?
-      " The files they changed are put back as they were, where nobody changed them since." :
-      " The files they changed stay as they are (tick “restore files” to put them back).";
+    var named = changed.slice(0, 8).join(", ") + (changed.length > 8 ? " and " + (changed.length - 8) + " more" : "");
+    var files = !changed.length ? " They changed no file." : restore && restore.checked ?
+      " The files they changed are put back as they were, where nobody changed them since: " + named + "." :
+      " The files they changed stay as they are (tick “restore files” under More to put them back): " + named + ".";
     if (!window.confirm("Rewind here? This takes back " + taken + "." + files)) {
       event.preventDefault();
       event.stopImmediatePropagation();

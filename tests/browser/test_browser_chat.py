@@ -229,8 +229,17 @@ def test_undo_rewind_and_regenerate(browser: Browser, world: World) -> None:
     expect(page.locator("#turn-1")).to_have_count(1)
     assert asked == [
         "Rewind here? This takes back 2 turns (1 to 2). The files they changed are put back as they were, where "
-        "nobody changed them since."
+        "nobody changed them since: new.txt, app.py."
     ], asked
+    page.locator("#more-button").click()
+    page.uncheck("#restore-files")
+    page.locator("#more-button").click()
+    page.once("dialog", dismissed)
+    page.locator("#turn-4 .rewind").click()
+    assert asked[-1] == "Rewind here? This takes back turn 2. They changed no file.", asked
+    page.locator("#more-button").click()
+    page.check("#restore-files")
+    page.locator("#more-button").click()
     page.once("dialog", lambda dialog: dialog.accept())
     page.locator("#turn-1 .rewind").click()
     expect(page.locator("#transcript article")).to_have_count(0)
