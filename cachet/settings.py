@@ -247,6 +247,10 @@ CACHET_LOGIN_LOCKOUT_MINUTES = int(os.environ.get("CACHET_LOGIN_LOCKOUT_MINUTES"
 CACHET_LOGIN_IP_FAILURES_PER_MINUTE = int(os.environ.get("CACHET_LOGIN_IP_FAILURES_PER_MINUTE", "20"))
 CACHET_LOGIN_REFUSAL_DELAY = float(os.environ.get("CACHET_LOGIN_REFUSAL_DELAY", "1"))
 CACHET_PROXY_COUNT = int(os.environ.get("CACHET_PROXY_COUNT", "0"))
+# /metrics (Prometheus): off unless CACHET_METRICS_TOKEN is set; then answered to that bearer token, or without one
+# to the client addresses or networks in CACHET_METRICS_ALLOW (comma-separated, e.g. "10.0.0.5,192.168.1.0/24").
+CACHET_METRICS_TOKEN = os.environ.get("CACHET_METRICS_TOKEN", "")
+CACHET_METRICS_ALLOW = [part.strip() for part in os.environ.get("CACHET_METRICS_ALLOW", "").split(",") if part.strip()]
 AXES_LOCK_OUT_AT_FAILURE = CACHET_LOGIN_FAILURES > 0
 AXES_FAILURE_LIMIT = max(1, CACHET_LOGIN_FAILURES)
 AXES_COOLOFF_TIME = timedelta(minutes=CACHET_LOGIN_LOCKOUT_MINUTES)

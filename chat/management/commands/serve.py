@@ -202,7 +202,8 @@ SETTINGS_HELP = """settings (environment variables; docs/deployment.md lists the
   ALLOWED_HOSTS           the names Cachet answers to; CSRF_TRUSTED_ORIGINS the origins it takes forms from
   CACHET_TLS              1 behind a proxy that serves https
   CACHET_PROXY_COUNT      the trusted proxies in front: the client's address is the one they forward (0)
-  CACHET_WORKER_CONCURRENCY  replies a worker runs at once (16)"""
+  CACHET_WORKER_CONCURRENCY  replies a worker runs at once (16)
+  CACHET_METRICS_TOKEN    turns on /metrics for Prometheus, answered to this bearer token (off)"""
 
 
 class Command(BaseCommand):
