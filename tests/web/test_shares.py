@@ -15,6 +15,7 @@ from chat.agent.loop import ReplyLoop
 from sessions_app.models import ChatSession, ModelRequest, Result, SessionShare, Turn
 from sessions_app.services.locks import reply_lock
 from sessions_app.services.sessions import session_delete
+from sessions_app.services.uploads import upload_record
 from sessions_app.services.workspaces import workspace_private
 from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
@@ -174,3 +175,17 @@ def test_a_copy_of_a_compacted_session_goes_on_from_its_summary(
     body = model.requests[-1].decode()
     assert "SUMMARY: the notes have thirty lines." in body and "Sure?" in body
     assert "How long are the notes?" not in body, "the turns the summary covers stay out"
+
+
+def test_a_copy_says_what_was_attached_where_the_owner_said_it(
+    ada: Client, bob: Client, other_user: Any, live_session: ChatSession, model: ScriptedServer
+) -> None:
+    upload_record(session=live_session, path="spec.txt", size=3, sha256="0" * 64)
+    model.push(Step(text="It says abc."))
+    run(ReplyLoop(ChatSession.objects.get(pk=live_session.pk)).send("What is in the spec?"))
+    assert "Uploaded: spec.txt, 3 bytes." in Turn.objects.get(session=live_session).message
+
+    assert bob.post(f"{_shared_link(ada, live_session)}copy").status_code == 302
+
+    copied = Turn.objects.get(session__owner=other_user)
+    assert copied.message.startswith("What is in the spec?") and "Uploaded: spec.txt, 3 bytes." in copied.message
