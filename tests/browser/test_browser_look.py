@@ -425,6 +425,9 @@ def test_menus_open_in_view_and_the_header_and_box_stay_in_a_long_session(browse
             panel = box(f"{menu} > .export-choices")
             assert panel["x"] >= 0 and panel["x"] + panel["width"] <= width, (width, menu, panel)
             page.click(f"{menu} > summary")
+        for control in (".attach-button", "#mode-select", "#more-button", "#send-button"):
+            found = box(control)
+            assert found["x"] >= 0 and found["x"] + found["width"] <= width, (width, control, found)
         page.click("#more-button")
         options = box("#options")
         assert options["x"] >= 0 and options["x"] + options["width"] <= width and options["y"] >= 0, (width, options)
