@@ -83,7 +83,9 @@ def test_changes_made_from_the_sidebar_redraw_it(
     assert "Renamed" in renamed and f'<li class="side-item current" id="side-{second.pk}">' in renamed
     assert 'id="session-title"' not in renamed, "another session than the page's: its heading is not on the page"
     own = ada.post(f"/sessions/{second.pk}/rename", {**sidebar, "title": "Mine now"}, headers=htmx).content.decode()
-    assert own.endswith('<h1 id="session-title" hx-swap-oob="true">Mine now</h1>\n'), "the open session's heading too"
+    assert own.endswith('<h1 id="session-title" title="Mine now" hx-swap-oob="true">Mine now</h1>\n'), (
+        "the open session's heading too"
+    )
     archived = ada.post(f"/sessions/{first.pk}/archive", {**sidebar, "set": "1"}, headers=htmx).content.decode()
     assert listed(archived) == [str(second.pk)]
     gone = ada.post(f"/sessions/{second.pk}/delete", sidebar, headers=htmx)
