@@ -128,6 +128,9 @@ class TitleSource(models.TextChoices):
     PERSON = "person", "the person"
 
 
+UNTITLED = "New session"  # the name of a session that has no title yet
+
+
 class ChatSession(models.Model):
     # PROTECT: a person with sessions is deactivated, not deleted; their sessions stay stored.
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="chat_sessions")
@@ -173,8 +176,8 @@ class ChatSession(models.Model):
 
     @property
     def shown_title(self) -> str:
-        """The session's name wherever a person sees it: its title, else "New session"."""
-        return self.title or "New session"
+        """The session's name wherever a person sees it: its title, else ``UNTITLED``."""
+        return self.title or UNTITLED
 
 
 class Generation(models.Model):

@@ -16,7 +16,7 @@ from django.utils import timezone
 from sessions_app import prompts
 from sessions_app.errors import StoreError
 from sessions_app.hygiene import ContextConfig, UploadedFile, restated_message
-from sessions_app.models import ChatSession, SessionShare, TurnStatus, Upload
+from sessions_app.models import UNTITLED, ChatSession, SessionShare, TurnStatus, Upload
 from sessions_app.selectors.exports import export_snapshot
 from sessions_app.selectors.sessions import session_shared
 from sessions_app.services.imports import ImportRejected, session_import
@@ -116,7 +116,7 @@ def as_seen(
     numbers = {result["number"] for result in results}
     session = exported["session"]
     session.update(
-        title=(session["title"] or "")[: 200 - len(COPY)] + COPY,
+        title=(session["title"] or UNTITLED)[: 200 - len(COPY)] + COPY,
         instructions="",
         max_tokens=None,
         temperature=None,

@@ -189,3 +189,11 @@ def test_a_copy_says_what_was_attached_where_the_owner_said_it(
 
     copied = Turn.objects.get(session__owner=other_user)
     assert copied.message.startswith("What is in the spec?") and "Uploaded: spec.txt, 3 bytes." in copied.message
+
+
+def test_a_copy_of_an_empty_session_is_named_as_the_list_names_it(
+    ada: Client, bob: Client, other_user: Any, live_session: ChatSession
+) -> None:
+    assert bob.post(f"{_shared_link(ada, live_session)}copy").status_code == 302
+    copy = ChatSession.objects.get(owner=other_user)
+    assert copy.title == "New session (copy)" and not Turn.objects.filter(session=copy).exists()
