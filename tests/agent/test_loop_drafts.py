@@ -29,7 +29,7 @@ def test_the_streamed_text_is_saved_as_it_streams(
 ) -> None:
     clock = Clock()
     monkeypatch.setattr(loop_module, "time", clock)  # the loop's clock: a second passes when the test says so
-    scripted.push(Step(text=TEXT, chunk_size=6))
+    scripted.push(Step(text=TEXT, chunk_size=6, delay=0.01))  # pieces apart: a read takes what has arrived
     streamed = at_the_second = ""
     deltas = 0
     saved: list[tuple[str, str]] = []  # (what had streamed a second after the stream began, the draft then)
@@ -62,7 +62,7 @@ def test_a_database_lost_mid_reply_ends_the_turn_interrupted_with_what_had_strea
     fails, the loop connects again and ends the turn interrupted, the draft's text kept as its reply."""
     clock = Clock()
     monkeypatch.setattr(loop_module, "time", clock)
-    scripted.push(Step(text=TEXT, chunk_size=6))
+    scripted.push(Step(text=TEXT, chunk_size=6, delay=0.01))  # pieces apart: a read takes what has arrived
     deltas = 0
     drafts: list[str] = []
 

@@ -20,6 +20,7 @@ finish reason is ``ModelStreamCut``.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import math
@@ -468,6 +469,8 @@ def _reset(error: BaseException) -> bool:
         if cause is None:
             return False
         if isinstance(cause, ConnectionResetError | BrokenPipeError):
+            return True
+        if isinstance(cause, OSError) and cause.errno in (errno.ECONNRESET, errno.EPIPE):  # aiohttp's ClientOSError
             return True
         cause = cause.__cause__ or cause.__context__
     return False

@@ -1,9 +1,9 @@
 """HTTP to model servers: the clients.
 
-A chat request streams its answer through an ``httpx.AsyncClient`` (``ModelClient``), read on the event loop of
-whoever awaits it: a worker's, or that of a command run with ``asyncio.run``. One client serves the requests of
-one action, so its connection is kept between them; the body is sent as the exact bytes given, its head and body
-at once (no Nagle delay).
+A chat request streams its answer through an ``httpx.AsyncClient`` over aiohttp's HTTP/1.1 (``ModelClient``,
+:mod:`chat.agent.model.aio`), read on the event loop of whoever awaits it: a worker's, or that of a command run with
+``asyncio.run``. One client serves the requests of one action, so its connection is kept between them; the body is
+sent as the exact bytes given, without a Nagle delay.
 
 The short calls beside the chat API (``/props``, ``/tokenize``, ``/apply-template``, ``/models``) share the
 process's one ``httpx.Client`` (``shared_client``): made on first use, its connections kept alive, closed as the
@@ -20,6 +20,8 @@ import ssl
 import threading
 
 import httpx
+
+from chat.agent.model.aio import AiohttpTransport
 
 NO_DELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
@@ -43,8 +45,7 @@ class ModelClient:
         """The HTTP client; made on first use."""
         if self._http is None:
             context = ssl_context()
-            transport = httpx.AsyncHTTPTransport(verify=context, socket_options=NO_DELAY)
-            self._http = httpx.AsyncClient(verify=context, transport=transport)
+            self._http = httpx.AsyncClient(verify=context, transport=AiohttpTransport(ssl_context=context))
         return self._http
 
     async def aclose(self) -> None:
