@@ -28,6 +28,7 @@ from sessions_app.models import (
     Turn,
     TurnStatus,
     Upload,
+    UsageDay,
     Workspace,
 )
 from sessions_app.selectors.sessions import workspace_nesting
@@ -511,3 +512,24 @@ class UploadAdmin(ReadOnlyAdmin):
     list_display = ["id", "session", "path", "size", "turn", "created_at"]
     list_select_related = ["session", "turn"]
     search_fields = ["path"]
+
+
+@admin.register(UsageDay)
+class UsageDayAdmin(ReadOnlyAdmin):
+    """The daily roll-up the usage page reads (``/usage/``, which adds it up per person, model and day)."""
+
+    list_display = [
+        "day",
+        "owner",
+        "endpoint",
+        "model_name",
+        "requests",
+        "failed",
+        "prompt_tokens",
+        "cached_tokens",
+        "completion_tokens",
+        "prompt_seconds",
+    ]
+    list_filter = ["day", "endpoint", "owner"]
+    date_hierarchy = "day"
+    list_select_related = ["owner", "endpoint"]

@@ -581,3 +581,37 @@ class Upload(models.Model):
 
     def __str__(self) -> str:
         return self.path
+
+
+class UsageDay(models.Model):
+    """A person's finished requests to one endpoint's model on one day (``TIME_ZONE``), added up as each request
+    finishes, in the statement that finishes it: what the usage page, its CSV and the admin read, so that a
+    year of a team's requests is read as one row per person, endpoint and day. The figures are those of
+    ``selectors.totals.RequestTotals``; it outlives the sessions it counts (deleted, the tokens were spent)."""
+
+    day = models.DateField()
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="usage_days")
+    endpoint = models.ForeignKey(
+        ModelEndpoint, on_delete=models.SET_NULL, null=True, blank=True, related_name="usage_days"
+    )
+    model_name = models.CharField(max_length=200)
+    requests = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    cached_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    prompt_seconds = models.FloatField(default=0.0)
+    timed_tokens = models.PositiveBigIntegerField(default=0)
+    timed_seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["day", "owner", "endpoint", "model_name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "owner", "endpoint", "model_name"], name="usage_day_once", nulls_distinct=False
+            )
+        ]
+        indexes = [models.Index(fields=["owner", "day"])]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.owner_id} {self.model_name}"

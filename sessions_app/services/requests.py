@@ -14,7 +14,8 @@ from django.utils import timezone
 from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, Turn
 from sessions_app.selectors.requests import BuiltRequest, PreviousRequest
 from sessions_app.services.durability import WITHOUT_WAITING, commit_without_waiting_for_disk
-from sessions_app.services.rows import row_insert, row_stored, row_update, row_values
+from sessions_app.services.rows import row_insert, row_stored, row_update_sql, row_values
+from sessions_app.services.usage import usage_added_sql
 from sessions_app.text import storable, storable_json
 from sessions_app.types import PendingBreak
 
@@ -182,8 +183,9 @@ def request_record_finish(
     error: str = "",
     wait_for_disk: bool = False,
 ) -> ModelRequest:
-    """Complete the row with what the server reported; an ``error`` marks it failed. With ``wait_for_disk``
-    its commit brings to the disk everything committed before it without waiting. One statement."""
+    """Complete the row with what the server reported; an ``error`` marks it failed; the request is added to its
+    person's usage of the day (``UsageDay``). With ``wait_for_disk`` its commit brings to the disk everything
+    committed before it without waiting. One statement."""
     request.prompt_tokens = prompt_tokens
     request.cached_tokens = cached_tokens
     request.completion_tokens = completion_tokens
@@ -194,22 +196,21 @@ def request_record_finish(
     request.error = storable(error)
     request.status = RequestStatus.FAILED if error else RequestStatus.DONE
     request.finished_at = timezone.now()
-    row_update(
-        request,
-        [
-            "prompt_tokens",
-            "cached_tokens",
-            "completion_tokens",
-            "time_to_first_token",
-            "total_time",
-            "usage",
-            "timings",
-            "error",
-            "status",
-            "finished_at",
-        ],
-        also="" if wait_for_disk else WITHOUT_WAITING,
-    )
+    fields = [
+        "prompt_tokens",
+        "cached_tokens",
+        "completion_tokens",
+        "time_to_first_token",
+        "total_time",
+        "usage",
+        "timings",
+        "error",
+        "status",
+        "finished_at",
+    ]
+    statement, values = usage_added_sql(*row_update_sql(request, fields), request)
+    with connection.cursor() as cursor:
+        cursor.execute(statement if wait_for_disk else f"{statement} RETURNING {WITHOUT_WAITING}", values)
     return request
 
 

@@ -55,6 +55,15 @@ def row_stored(instance: M, pk: int) -> M:
 def row_update(instance: models.Model, fields: Sequence[str], *, also: str = "") -> None:
     """Write ``fields`` of ``instance``'s row in one statement (``also``: an expression the statement selects
     as it returns, such as ``sessions_app.services.durability.WITHOUT_WAITING``)."""
+    sql, values = row_update_sql(instance, fields)
+    returning = f" RETURNING {also}" if also else ""
+    with connection.cursor() as cursor:
+        cursor.execute(sql + returning, values)
+
+
+def row_update_sql(instance: models.Model, fields: Sequence[str]) -> tuple[str, list[Any]]:
+    """The ``UPDATE`` of :func:`row_update` and its values, for a statement that goes on from it (``RETURNING``,
+    or a ``WITH`` that uses the row it returns)."""
     meta = type(instance)._meta
     quote = connection.ops.quote_name
     written = [field for field in meta.concrete_fields if field.name in fields]
@@ -63,9 +72,5 @@ def row_update(instance: models.Model, fields: Sequence[str], *, also: str = "")
         raise ValueError(f"{meta.label} has no concrete fields {unknown}")
     assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in written)
     values = [field.get_db_prep_save(getattr(instance, field.attname), connection) for field in written]
-    returning = f" RETURNING {also}" if also else ""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(str(meta.pk.column))} = %s{returning}",
-            [*values, instance.pk],
-        )
+    sql = f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(str(meta.pk.column))} = %s"
+    return sql, [*values, instance.pk]

@@ -57,6 +57,7 @@ def test_every_page_in_both_themes_has_no_serious_violation(browser: Browser, wo
         "turn": f"/sessions/{session_id}/turns/1/?whole=1",
         "password": "/password/",
         "shared": f"/shared/{token}/",
+        "usage": "/usage/",
     }
     admin_pages = {
         "admin": "/admin/",
@@ -64,6 +65,7 @@ def test_every_page_in_both_themes_has_no_serious_violation(browser: Browser, wo
         "admin, a session": f"/admin/sessions_app/chatsession/{session_id}/change/",
         "admin, requests": "/admin/sessions_app/modelrequest/",
         "admin, an endpoint": "/admin/sessions_app/modelendpoint/add/",
+        "admin, usage": "/admin/sessions_app/usageday/",
     }
     found: dict[str, list[str]] = {}
     anonymous = browser.page(None)
