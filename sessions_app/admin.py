@@ -111,8 +111,8 @@ class WorkspaceForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 NOBODY_LEFT = (
-    "“{name}” has no members now and is not open to everyone: only staff can use it, and the sessions others have "
-    "on it are read-only. Add members, or tick “Open to everyone” to let every person in."
+    "“{name}” has no members or groups now and is not open to everyone: only staff can use it, and the sessions "
+    "others have on it are read-only. Add members or groups, or tick “Open to everyone” to let every person in."
 )
 EVERYONE_RUNS = "Every person can use “{name}” now, and run commands in it: it is open to everyone and allows commands."
 
@@ -126,9 +126,9 @@ class WorkspaceAdmin(KeepsSessionsAdmin):
     session_link = "workspace"
     list_display = ["name", "folder", "owner", "open_to_everyone", "allow_commands", "allow_network"]
     list_filter = ["open_to_everyone", "allow_commands"]
-    filter_horizontal = ["members"]
+    filter_horizontal = ["members", "groups"]
     search_fields = ["name", "folder"]
-    PRIVATE_FIXED = ("folder", "owner", "members", "open_to_everyone", "from_shell")
+    PRIVATE_FIXED = ("folder", "owner", "members", "groups", "open_to_everyone", "from_shell")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         fixed = ["owner", "from_shell"]
@@ -141,7 +141,7 @@ class WorkspaceAdmin(KeepsSessionsAdmin):
         workspace = form.instance
         if workspace.owner_id is not None:
             return
-        if not workspace.open_to_everyone and not workspace.members.exists():
+        if not workspace.open_to_everyone and not workspace.members.exists() and not workspace.groups.exists():
             self.message_user(request, NOBODY_LEFT.format(name=workspace.name), messages.WARNING)
         elif workspace.open_to_everyone and workspace.allow_commands:
             self.message_user(request, EVERYONE_RUNS.format(name=workspace.name), messages.WARNING)
@@ -179,9 +179,11 @@ class ModelEndpointForm(forms.ModelForm):  # type: ignore[type-arg]
 class ModelEndpointAdmin(KeepsSessionsAdmin):
     form = ModelEndpointForm
     session_link = "endpoint"
-    list_display = ["name", "base_url", "model", "context_window", "window_read", "window_used"]
+    list_display = ["name", "base_url", "model", "open_to_everyone", "context_window", "window_read", "window_used"]
+    list_filter = ["open_to_everyone"]
     search_fields = ["name", "base_url", "model"]
     readonly_fields = ["api_key_state", "window_read", "window_used"]
+    filter_horizontal = ["people", "groups"]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         """The form's fields, the key's replaced by whether one is set; only those who may change it get a field

@@ -76,6 +76,16 @@ class FolderRefused(WorkspaceRefused):
         )
 
 
+class EndpointRefused(StoreError):
+    """The session's owner may no longer use its model endpoint: its model is not asked until they choose another."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(
+            f"You may no longer use the model endpoint “{endpoint}” (staff decide who may): choose another model "
+            "in the model menu, then send again."
+        )
+
+
 def is_database_unavailable(error: BaseException) -> bool:
     """Whether ``error`` says the database cannot be reached (stopped, restarting, the connection lost)."""
     return isinstance(error, OperationalError | InterfaceError | psycopg.OperationalError | psycopg.InterfaceError)

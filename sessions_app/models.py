@@ -23,6 +23,12 @@ class Workspace(models.Model):
         default=False, help_text="Whether commands (run) may use the network; without it they see none."
     )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="workspaces")
+    groups = models.ManyToManyField(
+        "auth.Group",
+        blank=True,
+        related_name="workspaces",
+        help_text="Everyone in these groups may use it, as its members do.",
+    )
     open_to_everyone = models.BooleanField(
         default=False,
         help_text=(
@@ -63,7 +69,8 @@ DEFAULT_ENDPOINT_NAME = "default"
 
 
 class ModelEndpoint(models.Model):
-    """An OpenAI-compatible server. An empty ``model`` is taken from its ``/v1/models``. The one named
+    """An OpenAI-compatible server, used by everyone or by the people and groups staff granted it. An empty
+    ``model`` is taken from its ``/v1/models``. The one named
     :data:`DEFAULT_ENDPOINT_NAME` follows ``CACHET_MODEL_URL`` and ``CACHET_MODEL`` at every start where they are
     set, and keeps what staff set where they are not."""
 
@@ -87,6 +94,19 @@ class ModelEndpoint(models.Model):
     # What the server at ``server_window_url`` said (``None``: it says nothing), where it said it
     # (``server_window_how``, e.g. "llama.cpp /props n_ctx") and when; no ``server_window_read_at``: to be asked
     # again before the next use.
+    open_to_everyone = models.BooleanField(
+        default=True,
+        help_text=(
+            "Every person may use it. Off: only the people and groups granted below (and staff); for a server that "
+            "holds a paid API key, say."
+        ),
+    )
+    people = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="granted_endpoints", help_text="May use it."
+    )
+    groups = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="granted_endpoints", help_text="Everyone in them may use it."
+    )
     server_context_window = models.PositiveIntegerField(null=True, blank=True, editable=False)
     server_window_url = models.CharField(max_length=500, blank=True, editable=False)
     server_window_how = models.CharField(max_length=100, blank=True, editable=False)

@@ -76,7 +76,14 @@ from chat.agent.sampling import sampled_body
 from chat.agent.workspace import read_instructions, restore_files, tool_context
 from chat.tools import ToolContext, call_tool, only_reads
 from sessions_app import prompts
-from sessions_app.errors import EmptySummary, NotAMember, StoreError, WorkspaceRefused, person_message
+from sessions_app.errors import (
+    EmptySummary,
+    EndpointRefused,
+    NotAMember,
+    StoreError,
+    WorkspaceRefused,
+    person_message,
+)
 from sessions_app.hygiene import PriorResult
 from sessions_app.hygiene.config import ContextConfig
 from sessions_app.models import (
@@ -99,6 +106,7 @@ from sessions_app.selectors.requests import (
 )
 from sessions_app.selectors.sessions import (
     current_generation,
+    endpoint_refusal,
     history_turns,
     session_by_id,
     session_standing,
@@ -208,11 +216,12 @@ class ReplyLoop:
     # --- holding the session ------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def _locked(self) -> AsyncGenerator[None, None]:
+    async def _locked(self, *, asking: bool = True) -> AsyncGenerator[None, None]:
+        """The session held for an action; ``asking``: one that asks its model (undo, rewind and a flip do not)."""
         lock = reply_lock(self.session)
         await store(lock.__enter__)
         try:
-            await store(self._admitted)
+            await store(self._admitted, asking)
             try:
                 yield
             finally:
@@ -229,11 +238,14 @@ class ReplyLoop:
         finally:
             await store(lock.__exit__, None, None, None)
 
-    def _admitted(self) -> None:
+    def _admitted(self, asking: bool) -> None:
         self._refresh()
         refused = workspace_refusal(session=self.session)  # the owner removed, or the folder now forbidden
         if refused is not None:
             raise refused
+        endpoint_refused = endpoint_refusal(session=self.session) if asking else None  # no longer granted
+        if endpoint_refused is not None:
+            raise endpoint_refused
 
     async def _checked(self) -> AsyncGenerator[ReplyEvent, None]:
         """The cache checks of this action's requests, the session let go: handed on, or run here."""
@@ -439,7 +451,7 @@ class ReplyLoop:
 
     async def flip(self, turn_number: int) -> AsyncGenerator[ReplyEvent, None]:
         """Make the branch through turn ``turn_number`` the live one."""
-        async with self._locked():
+        async with self._locked(asking=False):
             flipped = await store(branch_flip, session=self.session, turn=turn_number)
             yield BranchFlipped(
                 taken_back=tuple(flipped.taken_back),
@@ -450,13 +462,13 @@ class ReplyLoop:
 
     async def undo(self, *, restore: bool = False) -> AsyncGenerator[ReplyEvent, None]:
         """Take back the last live turn."""
-        async with self._locked():
+        async with self._locked(asking=False):
             taken = await store(turn_undo, session=self.session)
             yield await store(self._taken_back, taken, restore=restore)
 
     async def rewind(self, number: int, *, restore: bool = False) -> AsyncGenerator[ReplyEvent, None]:
         """Take back turn ``number`` and every later live turn."""
-        async with self._locked():
+        async with self._locked(asking=False):
             taken = await store(turn_rewind, session=self.session, number=number)
             yield await store(self._taken_back, taken, restore=restore)
 
@@ -797,7 +809,7 @@ class ReplyLoop:
                         turn = item
                     else:
                         yield item
-        except (RequestTooLarge, WorkspaceRefused) as error:
+        except (RequestTooLarge, WorkspaceRefused, EndpointRefused) as error:
             turn = await store(turn_fail, turn=turn, error=str(error))
         except ModelCancelled as error:
             turn = await store(turn_fail, turn=turn, error=STOPPED, unstored=_partial_text(error), interrupted=True)

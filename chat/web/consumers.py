@@ -26,9 +26,9 @@ from chat.web.messages import Message, Op, pack
 from chat.web.publish import ask_live, publish
 from chat.web.socket_store import store_call
 from chat.web.sync import PageState, catch_up
-from sessions_app.errors import ReplyInProgress, WorkspaceRefused
+from sessions_app.errors import ReplyInProgress, StoreError
 from sessions_app.models import ChatSession, Mode
-from sessions_app.selectors.sessions import session_get, workspace_refusal
+from sessions_app.selectors.sessions import endpoint_refusal, session_get, workspace_refusal
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_model_switch, session_set_mode
 
@@ -212,13 +212,15 @@ P = TypeVar("P")
 @dataclass(frozen=True)
 class _Request(Generic[P]):
     """A request a tab may send: how its frame is read, what the consumer does with it, whether it acts (starts a
-    job or changes the model: it needs to know whether a reply runs) and whether it changes the session (refused
-    where its owner may no longer use its workspace; every acting request does)."""
+    job or changes the model: it needs to know whether a reply runs), whether it changes the session (refused
+    where its owner may no longer use its workspace; every acting request does) and whether it asks the session's
+    model (refused where its owner may no longer use its endpoint)."""
 
     read: Callable[[Frame], P | Notice]
     act: Callable[[SessionConsumer, P, ChatSession], Awaitable[None]]
     acting: bool = False
     changing: bool = False
+    asking: bool = False
 
 
 @dataclass(frozen=True)
@@ -230,10 +232,10 @@ class _Asker:
     user: Any
     session: ChatSession | None
     running: bool
-    refused: WorkspaceRefused | None = None
+    refused: StoreError | None = None
 
 
-def _asker(scope: dict[str, Any], session_id: int, *, acting: bool, changing: bool) -> _Asker:
+def _asker(scope: dict[str, Any], session_id: int, *, acting: bool, changing: bool, asking: bool) -> _Asker:
     """Everything a request needs from the store, on one connection."""
     user = get_user.func({**scope, "session": _fresh_session(scope)})
     if not user.is_authenticated:
@@ -241,14 +243,16 @@ def _asker(scope: dict[str, Any], session_id: int, *, acting: bool, changing: bo
     session = session_get(owner=user, session_id=session_id)
     if session is None:
         return _Asker(user, None, False)
-    refused = workspace_refusal(session=session) if changing or acting else None
+    refused: StoreError | None = workspace_refusal(session=session) if changing or acting else None
+    if refused is None and asking:
+        refused = endpoint_refusal(session=session)
     return _Asker(user, session, refused is None and acting and _running(session_id), refused)
 
 
 def _model_change(session: ChatSession, endpoint: object, model: str) -> ChatSession | None:
     """Change the session's model as the message asks; the session changed, or ``None`` when it already is on that
     one."""
-    choice = parse_model_choice(endpoint)
+    choice = parse_model_choice(endpoint, user=session.owner)
     model_name = model_for(choice, model)
     if (choice.endpoint.pk, model_name) == (session.endpoint_id, session.model_name):
         return None
@@ -343,8 +347,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def receive_json(self, content: dict[str, Any], **kwargs: Any) -> None:
         kind = content.get("type")
         request = REQUESTS.get(kind) if isinstance(kind, str) else None
-        acting, changing = (request.acting, request.changing) if request is not None else (False, False)
-        asker = await store_call(_asker)(self.scope, self.session_id, acting=acting, changing=changing)
+        acting, changing, asking = (
+            (request.acting, request.changing, request.asking) if request is not None else (False, False, False)
+        )
+        asker = await store_call(_asker)(self.scope, self.session_id, acting=acting, changing=changing, asking=asking)
         if not asker.user.is_authenticated:
             await self.close(code=LOGGED_OUT)
             return
@@ -375,8 +381,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return "Cachet could not read that message (its type is not the name of a request)."
         return f"Cachet does not know the request {kind[:40]!r}."
 
-    async def refuse(self, content: dict[str, Any], refused: WorkspaceRefused) -> None:
-        """Say why the session is read-only; the words of a refused send or edit go back into the box."""
+    async def refuse(self, content: dict[str, Any], refused: StoreError) -> None:
+        """Say why the session is read-only, or its model may not be asked; the words of a refused send or edit go
+        back into the box."""
         text = content.get("text")
         ops = [fragments.notice_put(str(refused), level="error")]
         if content.get("type") in ("send", "edit") and isinstance(text, str) and text.strip():
@@ -474,14 +481,14 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 REQUESTS: dict[str, _Request[Any]] = {
     "hello": _Request(_hello, SessionConsumer.hello),
     "live": _Request(_nothing, SessionConsumer.live),
-    "send": _Request(_said, SessionConsumer.send_message, acting=True),
+    "send": _Request(_said, SessionConsumer.send_message, acting=True, asking=True),
     "stop": _Request(_nothing, SessionConsumer.stop),
     "undo": _Request(_restore, SessionConsumer.undo, acting=True),
     "rewind": _Request(_rewind, SessionConsumer.rewind, acting=True),
-    "regenerate": _Request(_restore, SessionConsumer.regenerate, acting=True),
-    "edit": _Request(_edited, SessionConsumer.edit, acting=True),
+    "regenerate": _Request(_restore, SessionConsumer.regenerate, acting=True, asking=True),
+    "edit": _Request(_edited, SessionConsumer.edit, acting=True, asking=True),
     "flip": _Request(_flip, SessionConsumer.flip, acting=True),
-    "compact": _Request(_nothing, SessionConsumer.compact, acting=True),
+    "compact": _Request(_nothing, SessionConsumer.compact, acting=True, asking=True),
     "mode": _Request(_mode_choice, SessionConsumer.set_mode, changing=True),
     "model": _Request(_model_choice, SessionConsumer.change_model, acting=True),
 }

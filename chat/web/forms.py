@@ -14,7 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from chat.agent.endpoints import FALLBACK_MODEL, EndpointModels, endpoint_models
 from sessions_app.models import ChatSession, InstructionPreset, Mode, ModelEndpoint, Theme, Workspace
 from sessions_app.selectors.search import QUERY_CHARS
-from sessions_app.selectors.sessions import endpoint_default, session_models, session_workspaces, workspaces_for
+from sessions_app.selectors.sessions import endpoints_for, session_models, session_workspaces, workspaces_for
 from sessions_app.selectors.settings import presets_of
 from sessions_app.services.sessions import INSTRUCTIONS_CHARS, MAX_TOKENS_LIMIT, TEMPERATURE_RANGE
 
@@ -34,8 +34,9 @@ def choice_value(endpoint_id: int, model: str) -> str:
     return f"{endpoint_id}:{model}"
 
 
-def parse_model_choice(value: object) -> ModelChoice:
-    """``ID`` or ``ID:MODEL`` (a model's name may hold colons); a ``ValueError`` says what is wrong."""
+def parse_model_choice(value: object, *, user: AbstractBaseUser | AnonymousUser) -> ModelChoice:
+    """``ID`` or ``ID:MODEL`` (a model's name may hold colons) of an endpoint ``user`` may use; a ``ValueError``
+    says what is wrong (an endpoint they may not use is one there is not)."""
     if isinstance(value, int) and not isinstance(value, bool):
         ident, model = str(value), ""
     elif isinstance(value, str):
@@ -45,7 +46,7 @@ def parse_model_choice(value: object) -> ModelChoice:
     ident = ident.strip()
     if not ident.isascii() or not ident.isdigit() or len(ident) > ID_DIGITS:
         raise ValueError("Choose a model endpoint.")
-    endpoint = ModelEndpoint.objects.filter(pk=int(ident)).first()
+    endpoint = endpoints_for(user=user).filter(pk=int(ident)).first()
     if endpoint is None:
         raise ValueError(f"There is no model endpoint {ident}.")
     model = model.strip()
@@ -90,8 +91,9 @@ class _ModelChoiceForm(forms.Form):
     endpoint = forms.CharField(label="Model", widget=forms.Select)
     model = _model_field()
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, user: AbstractBaseUser | AnonymousUser, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.user = user
         self.endpoints: list[EndpointModels] = []
 
     def offer(self, found: Sequence[EndpointModels], *, current: tuple[int, str] | None = None) -> None:
@@ -105,7 +107,7 @@ class _ModelChoiceForm(forms.Form):
 
     def clean_endpoint(self) -> ModelChoice:
         try:
-            return parse_model_choice(self.cleaned_data["endpoint"])
+            return parse_model_choice(self.cleaned_data["endpoint"], user=self.user)
         except ValueError as error:
             raise forms.ValidationError(str(error)) from error
 
@@ -198,7 +200,7 @@ class NewSessionForm(_ModelChoiceForm, SessionSettingsForm):
     def __init__(
         self, *args: Any, user: AbstractBaseUser | AnonymousUser, last: ChatSession | None = None, **kwargs: Any
     ) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, user=user, **kwargs)
         field = self.fields["workspace"]
         assert isinstance(field, forms.ModelChoiceField)
         field.queryset = workspaces_for(user=user)
@@ -239,7 +241,7 @@ class NewSessionForm(_ModelChoiceForm, SessionSettingsForm):
         ):
             self.offer(found, current=(self.last.endpoint_id, self.last.model_name))
             return  # the last session's model, where its server still offers it (or does not say)
-        default = endpoint_default()
+        default = found[0].endpoint if found else None  # the default endpoint where the person may use it
         preferred = next((item.preferred for item in found if default and item.endpoint.pk == default.pk), "")
         self.offer(found, current=(default.pk, preferred) if default and preferred else None)
         if default and not preferred:
@@ -250,7 +252,7 @@ class ModelChangeForm(_ModelChoiceForm):
     """A session's model menu: sent over the websocket as ``{"type": "model", "endpoint", "model"}``."""
 
     def __init__(self, *args: Any, session: ChatSession, found: Sequence[EndpointModels], **kwargs: Any) -> None:
-        super().__init__(*args, auto_id="model-%s", **kwargs)
+        super().__init__(*args, user=session.owner, auto_id="model-%s", **kwargs)
         self.offer(found, current=(session.endpoint_id, session.model_name))
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, QueryDict
@@ -142,8 +142,8 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "chat/home.html", context)
 
 
-def _endpoints() -> list[EndpointModels]:
-    return endpoints_models(endpoint_list())
+def _endpoints(user: AbstractBaseUser | AnonymousUser) -> list[EndpointModels]:
+    return endpoints_models(endpoint_list(user=user))
 
 
 @login_required
@@ -171,7 +171,7 @@ def session_new(request: HttpRequest) -> HttpResponse:
         form.choose_workspace(workspace_private(user=_user(request)))  # made on the person's first use
     except StoreError as error:
         private_refused = str(error)
-    form.offer_default(_endpoints())
+    form.offer_default(_endpoints(request.user))
     context = {
         "form": form,
         "private_refused": private_refused,
@@ -207,7 +207,7 @@ def _new_chat(request: HttpRequest, form: NewSessionForm, files: list[UploadedFi
 def session_models(request: HttpRequest, session_id: int) -> HttpResponse:
     """The session's model menu: every endpoint with the models it lists, the session's own chosen."""
     session = _session(request, session_id)
-    form = ModelChangeForm(session=session, found=_endpoints())
+    form = ModelChangeForm(session=session, found=_endpoints(session.owner))
     return render(request, "chat/_model_choices.html", {"form": form, "session": session})
 
 

@@ -12,7 +12,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection
 from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 
-from sessions_app.errors import FolderRefused, NotAMember, WorkspaceRefused
+from sessions_app.errors import EndpointRefused, FolderRefused, NotAMember, WorkspaceRefused
 from sessions_app.folders import folder_check, nesting_refusal, people_folder, private_folder, workspace_roots
 from sessions_app.models import (
     DEFAULT_ENDPOINT_NAME,
@@ -68,12 +68,42 @@ def session_by_id(*, session_id: int) -> ChatSession:
 
 
 def may_use(*, workspace: Any, user: Any) -> Q:
-    """Who may use a workspace, the one rule: its members; everyone where staff opened it to everyone; staff
-    where it has no members. ``workspace`` and ``user`` are ids or expressions (``OuterRef("owner_id")``)."""
+    """Who may use a workspace, the one rule: its members and the people of its groups; everyone where staff
+    opened it to everyone; staff where it has no members and no group. ``workspace`` and ``user`` are ids or
+    expressions (``OuterRef("owner_id")``)."""
     members = Workspace.members.through.objects.filter(workspace_id=workspace)
+    groups = Workspace.groups.through.objects.filter(workspace_id=workspace)
     opened = Workspace.objects.filter(pk=workspace, open_to_everyone=True)
     staff = get_user_model().objects.filter(pk=user, is_staff=True, is_active=True)
-    return Q(Exists(members.filter(user_id=user))) | Q(Exists(opened)) | (Q(Exists(staff)) & ~Q(Exists(members)))
+    return (
+        Q(Exists(members.filter(user_id=user)))
+        | Q(Exists(groups.filter(group__user=user)))
+        | Q(Exists(opened))
+        | (Q(Exists(staff)) & ~Q(Exists(members)) & ~Q(Exists(groups)))
+    )
+
+
+def may_use_endpoint(*, endpoint: Any, user: Any) -> Q:
+    """Who may use a model endpoint, the one rule: everyone where it is open to everyone (as endpoints are made);
+    else the people and the groups staff granted it, and staff. ``endpoint`` and ``user`` are ids or expressions."""
+    opened = ModelEndpoint.objects.filter(pk=endpoint, open_to_everyone=True)
+    people = ModelEndpoint.people.through.objects.filter(modelendpoint_id=endpoint, user_id=user)
+    groups = ModelEndpoint.groups.through.objects.filter(modelendpoint_id=endpoint, group__user=user)
+    staff = get_user_model().objects.filter(pk=user, is_staff=True, is_active=True)
+    return Q(Exists(opened)) | Q(Exists(people)) | Q(Exists(groups)) | Q(Exists(staff))
+
+
+def endpoints_for(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[ModelEndpoint]:
+    """The model endpoints ``user`` may use."""
+    return ModelEndpoint.objects.filter(may_use_endpoint(endpoint=OuterRef("pk"), user=user.pk))
+
+
+def endpoint_refusal(*, session: ChatSession) -> EndpointRefused | None:
+    """Why the session's model may not be asked now: its owner may no longer use its endpoint (``None``: they may)."""
+    endpoint = session.endpoint
+    if endpoints_for(user=session.owner).filter(pk=endpoint.pk).exists():
+        return None
+    return EndpointRefused(endpoint.name)
 
 
 def workspaces_for(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Workspace]:
@@ -181,10 +211,13 @@ def endpoint_default() -> ModelEndpoint | None:
     return endpoints.filter(name=DEFAULT_ENDPOINT_NAME).first() or endpoints.order_by("id").first()
 
 
-def endpoint_list() -> list[ModelEndpoint]:
-    """Every endpoint, the default one first, then by name."""
+def endpoint_list(*, user: AbstractBaseUser | AnonymousUser | None = None) -> list[ModelEndpoint]:
+    """The endpoints ``user`` may use (every one where ``None``: a command on the server), the default one first,
+    then by name."""
     default = endpoint_default()
-    others = ModelEndpoint.objects.order_by("name")
+    others = (ModelEndpoint.objects if user is None else endpoints_for(user=user)).order_by("name")
+    if default is not None and user is not None and not others.filter(pk=default.pk).exists():
+        return list(others)
     return [default, *others.exclude(pk=default.pk)] if default is not None else list(others)
 
 

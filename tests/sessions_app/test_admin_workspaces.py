@@ -134,8 +134,8 @@ def test_removing_the_last_member_says_what_follows_and_opens_it_to_no_one(
     form = {"name": "team", "folder": str(projects / "a"), "allow_commands": "on", "disk_quota_mb": "0"}
     response = keeper.post(change, form, follow=True)
     assert _messages(response) == [
-        "“team” has no members now and is not open to everyone: only staff can use it, and the sessions others have "
-        "on it are read-only. Add members, or tick “Open to everyone” to let every person in."
+        "“team” has no members or groups now and is not open to everyone: only staff can use it, and the sessions "
+        "others have on it are read-only. Add members or groups, or tick “Open to everyone” to let every person in."
     ]
     assert team not in workspaces_for(user=user)
     opened = keeper.post(change, {**form, "open_to_everyone": "on"}, follow=True)

@@ -32,7 +32,8 @@ from sessions_app.models import (
     Workspace,
 )
 from sessions_app.selectors.sessions import (
-    endpoint_default,
+    endpoint_list,
+    endpoints_for,
     last_live_turn,
     live_turn_at,
     session_get,
@@ -44,7 +45,20 @@ from sessions_app.services.sessions import session_model_switch, session_set_mod
 from sessions_app.services.workspaces import workspace_from_shell, workspace_private
 
 
-def _endpoint(spec: str | None) -> ModelEndpoint:
+def _endpoint(spec: str | None, user: Any) -> ModelEndpoint:
+    """The endpoint ``spec`` names (a URL makes one), else the default one (the first ``user`` may use, where they
+    may not use the default); refused where ``user`` may not use it, as the page refuses it."""
+    found = _named(spec) if spec else next(iter(endpoint_list(user=user)), None)
+    if found is None:
+        raise CommandError("No model endpoint is configured; pass --endpoint URL or run manage.py serve once.")
+    if not endpoints_for(user=user).filter(pk=found.pk).exists():
+        raise CommandError(
+            f"{user.get_username()} may not use the model endpoint {found.name!r}: staff grant it in the admin."
+        )
+    return found
+
+
+def _named(spec: str) -> ModelEndpoint | None:
     if spec:
         found = ModelEndpoint.objects.filter(name=spec).first()
         if found is None and "://" in spec:
@@ -54,10 +68,7 @@ def _endpoint(spec: str | None) -> ModelEndpoint:
         if found is None:
             raise CommandError(f"No model endpoint named {spec!r}; give its name or a URL ending in /v1.")
         return found
-    found = endpoint_default()
-    if found is None:
-        raise CommandError("No model endpoint is configured; pass --endpoint URL or run manage.py serve once.")
-    return found
+    return None
 
 
 def _model(endpoint: ModelEndpoint) -> str:
@@ -147,7 +158,7 @@ class Command(BaseCommand):
                 session = self._change_model(session, options)
             return self._settings(session, options)
         workspace = _workspace(options["workspace"], user)
-        endpoint = _endpoint(options["endpoint"])
+        endpoint = _endpoint(options["endpoint"], user)
         try:
             return session_start(
                 owner=user,
@@ -180,7 +191,7 @@ class Command(BaseCommand):
 
     def _change_model(self, session: ChatSession, options: dict[str, Any]) -> ChatSession:
         """Move the session to the endpoint and model the options name, before the action runs."""
-        endpoint = _endpoint(options["endpoint"]) if options["endpoint"] else session.endpoint
+        endpoint = _endpoint(options["endpoint"], session.owner) if options["endpoint"] else session.endpoint
         model = options["model"] or (session.model_name if endpoint.pk == session.endpoint_id else _model(endpoint))
         if (endpoint.pk, model) == (session.endpoint_id, session.model_name):
             return session
