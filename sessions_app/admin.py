@@ -21,6 +21,7 @@ from sessions_app.models import (
     DEFAULT_ENDPOINT_NAME,
     ChatSession,
     Generation,
+    InstructionPreset,
     ModelEndpoint,
     ModelRequest,
     Result,
@@ -535,3 +536,14 @@ class UsageDayAdmin(ReadOnlyAdmin):
     list_filter = ["day", "endpoint", "owner"]
     date_hierarchy = "day"
     list_select_related = ["owner", "endpoint"]
+
+
+@admin.register(InstructionPreset)
+class InstructionPresetAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Presets, a person's own; staff share one (a team's good instructions) with people and groups, who find it
+    in New chat's and Settings' preset list, marked "(shared)"."""
+
+    list_display = ["name", "owner", "created_at"]
+    list_filter = ["groups"]
+    search_fields = ["name", "text", "owner__username"]
+    filter_horizontal = ["people", "groups"]

@@ -569,11 +569,17 @@ class SessionShare(models.Model):
 
 
 class InstructionPreset(models.Model):
-    """Instructions a person saved under a name, to start sessions with."""
+    """Instructions a person saved under a name, to start sessions with; staff share one with people and groups."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="instruction_presets")
     name = models.CharField(max_length=100)
     text = models.TextField()
+    people = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="shared_presets", help_text="Offered to them too."
+    )
+    groups = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="shared_presets", help_text="Offered to everyone in them too."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

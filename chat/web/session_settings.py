@@ -50,7 +50,7 @@ def session_settings_view(request: HttpRequest, session_id: int) -> HttpResponse
         elif action == "delete_preset":
             chosen = preset_get(owner=request.user, preset_id=data["preset"]) if data["preset"] else None
             if chosen is None:
-                return settings_fragment(request, session, error="Choose the preset to delete.")
+                return settings_fragment(request, session, error="Choose a preset of your own to delete.")
             preset_delete(preset=chosen)
             said = f"Deleted the preset “{chosen.name}”."
         else:

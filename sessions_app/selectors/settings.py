@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 
 from sessions_app.models import InstructionPreset, Theme, UserSetting
 
@@ -18,11 +18,17 @@ def theme_of(*, owner: Any) -> Theme:
 
 
 def presets_of(*, owner: Any) -> QuerySet[InstructionPreset]:
-    """The instruction presets ``owner`` saved, by name; nobody else's."""
+    """The instruction presets ``owner`` saved and those staff shared with them or their groups (``shared``), by
+    name; nobody else's."""
     if not getattr(owner, "is_authenticated", False):
         return InstructionPreset.objects.none()
-    return InstructionPreset.objects.filter(owner_id=owner.pk)
+    people = InstructionPreset.people.through.objects.filter(instructionpreset_id=OuterRef("pk"), user_id=owner.pk)
+    groups = InstructionPreset.groups.through.objects.filter(instructionpreset_id=OuterRef("pk"), group__user=owner.pk)
+    offered = Q(owner_id=owner.pk) | Q(Exists(people)) | Q(Exists(groups))
+    shared = ExpressionWrapper(~Q(owner_id=owner.pk), output_field=BooleanField())
+    return InstructionPreset.objects.filter(offered).annotate(shared=shared).order_by("name", "pk")
 
 
 def preset_get(*, owner: Any, preset_id: int) -> InstructionPreset | None:
-    return presets_of(owner=owner).filter(pk=preset_id).first()
+    """One of ``owner``'s own presets (one shared with them is not theirs to delete)."""
+    return InstructionPreset.objects.filter(owner_id=owner.pk, pk=preset_id).first()

@@ -5,6 +5,7 @@ import re
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group
 from django.test import Client
 
 from chat.agent.loop import ReplyLoop
@@ -119,3 +120,29 @@ def test_the_database_refuses_sampling_the_service_would(chat_session: ChatSessi
         with pytest.raises(IntegrityError), transaction.atomic():
             ChatSession.objects.filter(pk=chat_session.pk).update(**wrong)
     ChatSession.objects.filter(pk=chat_session.pk).update(temperature=2.0, max_tokens=1)
+
+
+def test_a_preset_staff_share_with_a_group_is_offered_to_its_people_only_and_theirs_to_use_not_delete(
+    ada: Client, bob: Client, user: Any, other_user: Any, chat_session: ChatSession, django_user_model: Any
+) -> None:
+    staff = django_user_model.objects.create_user(username="it", password="pw-it-1", is_staff=True)
+    team = Group.objects.create(name="writers")
+    shared = InstructionPreset.objects.create(owner=staff, name="House style", text="Write as the style guide says.")
+    shared.groups.add(team)
+    user.groups.add(team)
+    url = f"/sessions/{chat_session.pk}/settings"
+    for page in (f"/sessions/{chat_session.pk}/", "/sessions/new"):
+        assert f'<option value="{shared.pk}" data-text="Write as the style guide says.">House style (shared)' in (
+            ada.get(page).content.decode()
+        )
+        assert "House style" not in bob.get("/sessions/new").content.decode(), "not in the group"
+    chose = ada.post(url, {"preset": str(shared.pk), "instructions": ""}, headers=HTMX)
+    assert chose.status_code == 200 and settings_of(chat_session)[0] == "Write as the style guide says."
+    refused = ada.post(url, {"action": "delete_preset", "preset": str(shared.pk)}, headers=HTMX).content.decode()
+    assert (
+        "Choose a preset of your own to delete." in refused and InstructionPreset.objects.filter(pk=shared.pk).exists()
+    )
+    shared.people.add(other_user)
+    assert "House style (shared)" in bob.get("/sessions/new").content.decode(), "granted to a person by name"
+    user.groups.remove(team)
+    assert "House style" not in ada.get("/sessions/new").content.decode(), "leaving the group takes it away"
