@@ -183,8 +183,7 @@ class ModelEndpointAdmin(KeepsSessionsAdmin):
     list_display = ["name", "base_url", "model", "open_to_everyone", "context_window", "window_read", "window_used"]
     list_filter = ["open_to_everyone"]
     search_fields = ["name", "base_url", "model"]
-    readonly_fields = ["api_key_state", "window_read", "window_used"]
-    filter_horizontal = ["people", "groups"]
+    readonly_fields = ["api_key_state", "window_read", "window_used"]  # people and groups: plain lists (axe-clean)
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         """The form's fields, the key's replaced by whether one is set; only those who may change it get a field

@@ -46,6 +46,10 @@ def test_a_reply_shows_in_the_persons_usage_and_staff_see_it_per_person(browser:
     assert [(row["person"], row["requests"]) for row in rows] == [("ada", "2")]
 
     phone = browser.page("ada", **PHONE)
+    phone.goto(world.url + "/")
+    phone.locator("#sidebar-toggle").click()
+    phone.locator("#sidebar-usage").click()  # on a phone, Usage is at the foot of the drawer
+    expect(phone.locator("h1")).to_have_text("Usage")
     phone.goto(world.url + "/usage/?days=365")
     expect(phone.locator("#usage-chart rect.cached")).to_have_count(365)
     assert phone.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), "nothing wider than a phone"

@@ -145,7 +145,8 @@ def test_a_request_is_completed_in_one_statement(chat_session: ChatSession, wait
             wait_for_disk=wait_for_disk,
         )
     statements = [q["sql"] for q in queries.captured_queries]
-    assert len(statements) == 1 and statements[0].startswith('UPDATE "sessions_app_modelrequest" SET "status"')
+    assert len(statements) == 1 and statements[0].startswith('WITH finished AS (UPDATE "sessions_app_modelrequest"')
+    assert "INSERT INTO sessions_app_usageday" in statements[0], "the same statement adds it to the day's usage"
     assert (WITHOUT_WAITING in statements[0]) is not wait_for_disk
     stored = ModelRequest.objects.get(pk=request.pk)
     assert (stored.status, stored.prompt_tokens, stored.cached_tokens, stored.total_time) == ("done", 120, 100, 1.5)
