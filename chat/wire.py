@@ -11,6 +11,7 @@ publish function of each kind of process (``chat.worker.publish`` in workers, ``
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from chat.agent.events import (
 )
 
 EVENT = "cachet.event"
+SENT = "sent"  # the publisher's wall clock (``time.time()``) as the event left it: every event may carry it
 STOP = "reply.stop"  # to the process running a session's reply: stop it
 LIVE = "reply.live"  # to the process running a session's reply: send ``reply_to`` what the step has streamed
 
@@ -108,6 +110,12 @@ class WireError(ValueError):
     """A message that is not an event of its schema."""
 
 
+def stamped(message: Mapping[str, Any]) -> dict[str, Any]:
+    """``message`` as it goes on the channel layer: with the moment it is sent (:data:`SENT`), so that web processes
+    measure how long the layer took to bring it (``chat.web.delivery``)."""
+    return {**message, SENT: time.time()}
+
+
 def checked(message: Mapping[str, Any]) -> Mapping[str, Any]:
     """``message`` where it is an event of its schema (every field of it, of its type, and no other); else
     ``WireError``."""
@@ -119,7 +127,10 @@ def checked(message: Mapping[str, Any]) -> Mapping[str, Any]:
         raise WireError(f"no such event: {name!r}")
     if not _is(message.get("session"), int):
         raise WireError(f"{name}: no session id")
-    fields = set(message) - {"type", "event", "session"}
+    sent = message.get(SENT)
+    if sent is not None and not _is(sent, (float, int)):
+        raise WireError(f"{name}: sent {sent!r} is not a time")
+    fields = set(message) - {"type", "event", "session", SENT}
     if fields != set(schema):
         raise WireError(f"{name}: fields {sorted(fields)}, its schema has {sorted(schema)}")
     for field, kind in schema.items():

@@ -641,3 +641,18 @@ class UsageDay(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.owner_id} {self.model_name}"
+
+
+class LayerDelivery(models.Model):
+    """How long the channel layer took to bring events from their publisher to one web process's tabs, added up
+    by that process since it started (``process``: host and pid): the cumulative counts of a histogram, written
+    by the process as events arrive (at most every few seconds), summed over processes by ``/metrics``."""
+
+    process = models.CharField(max_length=200, unique=True)
+    buckets = models.JSONField(default=list)  # events delivered within each bound of ``DELIVERY_BUCKETS``
+    count = models.PositiveBigIntegerField(default=0)
+    total_seconds = models.FloatField(default=0.0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.process

@@ -76,6 +76,10 @@ def test_an_event_of_its_schema_passes_and_one_that_is_not_is_refused(name: str)
                 wire.checked({**good, field: True})
     with pytest.raises(wire.WireError, match="fields"):
         wire.checked({**good, "extra": 1})
+    stamped = wire.stamped(good)
+    assert wire.checked(stamped) is stamped and isinstance(stamped[wire.SENT], float), "sent as it goes out"
+    with pytest.raises(wire.WireError, match="not a time"):
+        wire.checked({**good, wire.SENT: "now"})
 
 
 def test_what_is_no_event_is_refused() -> None:

@@ -20,7 +20,7 @@ from cachet.pg_layer import LAYER_BACK
 from chat import wire
 from chat.actions import Action, Compact, Edit, Flip, Regenerate, Rewind, Send, Undo
 from chat.agent.budget import switch_refusal
-from chat.web import fragments, queueing, tabs
+from chat.web import delivery, fragments, queueing, tabs
 from chat.web.forms import model_for, parse_model_choice
 from chat.web.messages import Message, Op, pack
 from chat.web.publish import ask_live, publish
@@ -29,6 +29,7 @@ from chat.web.sync import PageState, catch_up
 from sessions_app.errors import ReplyInProgress, StoreError
 from sessions_app.models import ChatSession, Mode
 from sessions_app.selectors.sessions import endpoint_refusal, session_get, workspace_refusal
+from sessions_app.services.delivery import layer_delivery_save
 from sessions_app.services.locks import reply_running
 from sessions_app.services.sessions import session_model_switch, session_set_mode
 
@@ -315,8 +316,14 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         if event["session"] != self.session_id:
             return
+        due = delivery.TALLY.observe(event)
         for text in await tabs.page_messages(event):
             await self.send(text_data=text)
+        if due:
+            try:
+                await store_call(layer_delivery_save)(**delivery.TALLY.taken())
+            except Exception as error:  # the store away a moment: the counts are written with a later event
+                logger.info("could not write the channel layer's delivery times: %r", error)
 
     async def show(self, *ops: Op) -> None:
         for text in pack(list(ops)):

@@ -21,8 +21,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from chat.actions import QUEUE
+from chat.web.delivery import DELIVERY_BUCKETS
 from chat.web.logins import client_address
-from sessions_app.selectors.usage import TTFT_BUCKETS, usage_by_endpoint
+from sessions_app.selectors.usage import TTFT_BUCKETS, layer_delivery_added, usage_by_endpoint
 
 
 class CachetCollector(Collector):
@@ -32,6 +33,7 @@ class CachetCollector(Collector):
         yield from _requests()
         yield from _replies()
         yield from _workers()
+        yield from _delivery()
 
 
 def _requests() -> Iterator[Metric]:
@@ -81,6 +83,17 @@ def _workers() -> Iterator[Metric]:
         since.add_metric([str(worker_id)], age)
     workers.add_metric([], alive)
     yield from (workers, since)
+
+
+def _delivery() -> Iterator[Metric]:
+    delivery = HistogramMetricFamily(
+        "cachet_channel_layer_delivery_seconds",
+        "Seconds from an event's publishing to its arrival at a web process, for each tab, every process added up",
+    )
+    buckets, count, total = layer_delivery_added(len(DELIVERY_BUCKETS))
+    shown = [(f"{bound:g}", number) for bound, number in zip(DELIVERY_BUCKETS, buckets, strict=True)]
+    delivery.add_metric([], [*shown, ("+Inf", count)], total)
+    yield delivery
 
 
 def _allowed(request: HttpRequest, token: str) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from chat.wire import TO_ONE, checked, session_group
+from chat.wire import TO_ONE, checked, session_group, stamped
 
 logger = logging.getLogger(__name__)
 
@@ -27,9 +27,9 @@ async def publish(message: Mapping[str, Any], *, to: str | None = None) -> None:
     assert layer is not None, "CHANNEL_LAYERS is configured"
     try:
         if to is None:
-            await layer.group_send(session_group(message["session"]), dict(message))
+            await layer.group_send(session_group(message["session"]), stamped(message))
         else:
-            await layer.send(to, dict(message))
+            await layer.send(to, stamped(message))
     except Exception as error:
         if not _failing:
             logger.warning("could not publish to the session's tabs (the channel layer: %r); they catch up", error)

@@ -16,7 +16,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
-from sessions_app.models import ModelRequest, RequestStatus, UsageDay
+from sessions_app.models import LayerDelivery, ModelRequest, RequestStatus, UsageDay
 from sessions_app.selectors.totals import RequestTotals
 
 Viewer = AbstractBaseUser | AnonymousUser
@@ -225,3 +225,17 @@ def usage_rows(
             completion_tokens=row["completion_tokens"],
             totals=_rolled(row),
         )
+
+
+def layer_delivery_added(size: int) -> tuple[list[int], int, float]:
+    """Every web process's channel-layer deliveries added up: the cumulative counts of ``size`` buckets, the count
+    and the seconds (``LayerDelivery``)."""
+    buckets = [0] * size
+    count, total = 0, 0.0
+    for row in LayerDelivery.objects.values("buckets", "count", "total_seconds"):
+        saved = row["buckets"] if isinstance(row["buckets"], list) else []
+        for at, number in enumerate(saved[:size]):
+            buckets[at] += int(number)
+        count += row["count"]
+        total += row["total_seconds"]
+    return buckets, count, total

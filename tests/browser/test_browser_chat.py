@@ -63,6 +63,9 @@ def start_session(page: Any, *, mode: str = "edit", workspace: str = "demo") -> 
 
 
 def send(page: Any, text: str) -> None:
+    """Type ``text`` and press Enter, as a person does once the page has loaded (its deferred scripts run: before
+    them, Enter in the box is a new line; a page just navigated to may not be there yet)."""
+    page.wait_for_load_state("domcontentloaded")
     page.fill("#composer-text", text)
     page.press("#composer-text", "Enter")
 
