@@ -28,7 +28,7 @@ from django.utils.regex_helper import normalize
 from cachet.asgi import application
 from chat.agent.loop import ReplyLoop
 from chat.web.routing import websocket_urlpatterns
-from sessions_app.models import ChatSession, ModelRequest, Result, Turn, Upload, Workspace
+from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Result, Turn, Upload, Workspace
 from sessions_app.services.sessions import session_rename
 from sessions_app.services.uploads import upload_record
 from testing.scripted_server import ScriptedServer, Step
@@ -483,3 +483,70 @@ async def test_a_removed_member_is_refused_every_socket_action_but_stop_and_read
     assert len(scripted.requests) == asked
     session = await database_sync_to_async(ChatSession.objects.get)(pk=owned.session.pk)
     assert (session.mode, session.model_name) == (owned.session.mode, owned.session.model_name)
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_an_endpoint_not_granted_is_offered_nowhere_and_every_request_to_it_is_refused_until_granted_again(
+    owned: Owned, user: Any, workspace_dir: Path, scripted: ScriptedServer
+) -> None:
+    """Its grant taken back (the endpoint closed to everyone, the person in none of its groups): no page offers it,
+    New chat naming it starts nothing, the model menu cannot move to it, and every socket action that would ask it
+    is refused with nothing asked; granted again to a group of theirs, the session goes on."""
+    import json
+
+    from django.contrib.auth.models import Group
+
+    endpoint_id = owned.session.endpoint_id
+
+    def close() -> tuple[dict[str, bytes], tuple[int, int, int, int]]:
+        ModelEndpoint.objects.filter(pk=endpoint_id).update(open_to_everyone=False)
+        ModelEndpoint.objects.get(pk=endpoint_id).groups.add(Group.objects.create(name="granted"))
+        return _folder(workspace_dir), _stored(owned)
+
+    def pages() -> list[str]:
+        ada = Client()
+        ada.force_login(user)
+        offered = [
+            path
+            for path in ("/sessions/new", f"/sessions/{owned.session.pk}/models")
+            if f'value="{endpoint_id}:' in ada.get(path).content.decode()
+        ]
+        started = {**POSTED, "workspace": str(owned.session.workspace_id), "endpoint": f"{endpoint_id}:scripted"}
+        if ada.post("/sessions/new", started).status_code != 200:
+            offered.append("POST /sessions/new")
+        return offered
+
+    files, stored = await database_sync_to_async(close)()
+    asked = len(scripted.requests)
+    assert await database_sync_to_async(pages)() == [], "offered nowhere, and New chat naming it is refused"
+    cookie = await database_sync_to_async(_cookie)(user)
+    communicator = _socket(f"/ws/sessions/{owned.session.pk}/", cookie)
+    asking = [
+        {"type": "send", "text": "still here?"},
+        {"type": "edit", "turn": 1, "text": "changed"},
+        {"type": "regenerate"},
+        {"type": "compact"},
+        {"type": "model", "endpoint": f"{endpoint_id}:scripted", "model": "other"},
+    ]
+    try:
+        ok, _ = await communicator.connect(timeout=10)
+        assert ok
+        await communicator.send_json_to({"type": "hello", "rev": 0, "first": 0, "bar": 0})
+        while not await communicator.receive_nothing(timeout=0.3):
+            await communicator.receive_from(timeout=5)
+        for message in asking:
+            await communicator.send_json_to(message)
+            answer = json.loads(await communicator.receive_from(timeout=10))
+            notices = [op["html"] for op in answer.get("ops", []) if op.get("id") == "notice"]
+            refused = ("You may no longer use the model endpoint", f"There is no model endpoint {endpoint_id}.")
+            assert notices and any(text in notices[0] for text in refused), message
+            assert await communicator.receive_nothing(timeout=0.3), f"{message}: nothing else happens"
+    finally:
+        await communicator.disconnect()
+    assert await database_sync_to_async(_folder)(workspace_dir) == files
+    assert await database_sync_to_async(_stored)(owned) == stored
+    assert len(scripted.requests) == asked, "nothing was asked of the model"
+
+    await database_sync_to_async(lambda: user.groups.add(Group.objects.get(name="granted")))()
+    assert len(await database_sync_to_async(pages)()) == 3, "granted again: offered, and New chat starts on it"
