@@ -128,6 +128,7 @@ class _Outgoing:
     target: str
     body: str
     done: asyncio.Future[None]
+    deadline: float = 0.0  # on the loop's clock: not taken by Postgres by then, the send fails
 
 
 _Result = tuple[asyncio.Future[None], BaseException | None]
@@ -562,6 +563,8 @@ class _Link:
         self.backend_pid: int | None = None
         self.connection: psycopg.AsyncConnection[Any] | None = None
         self.outbox: collections.deque[_Outgoing] = collections.deque()
+        self.posted: collections.deque[_Outgoing] = collections.deque()  # sends not yet settled, oldest first
+        self.deadline_timer: asyncio.TimerHandle | None = None
         self.syncs: list[asyncio.Future[None]] = []
         self.inbox: collections.deque[tuple[str, str]] = collections.deque()  # heard, waiting for the table
         self.listening: set[str] = set()
@@ -588,13 +591,30 @@ class _Link:
         if self.state is _State.DOWN:
             raise LayerUnavailable("Postgres is out of reach: the message was not sent")
         done: asyncio.Future[None] = self.loop.create_future()
-        self.outbox.append(_Outgoing(pg, target, body, done))
+        outgoing = _Outgoing(pg, target, body, done, self.loop.time() + self.layer.send_timeout)
+        self.outbox.append(outgoing)
+        posted = self.posted
+        while posted and posted[0].done.done():  # the settled ones at its front: it holds the unsettled
+            posted.popleft()
+        posted.append(outgoing)
         self.wake.set()
-        try:
-            async with asyncio.timeout(self.layer.send_timeout):
-                await done
-        except TimeoutError:
-            raise LayerUnavailable(f"Postgres did not take the message within {self.layer.send_timeout:g} s") from None
+        if self.deadline_timer is None:
+            self.deadline_timer = self.loop.call_at(outgoing.deadline, self.expire)
+        await done
+
+    def expire(self) -> None:
+        """One timer a link times its sends (a timeout a send cost each a timer, a task lookup and a cancel): the
+        sends whose deadline passed fail; it is set again for the oldest one left."""
+        self.deadline_timer = None
+        now = self.loop.time()
+        posted = self.posted
+        while posted and (posted[0].done.done() or posted[0].deadline <= now):
+            item = posted.popleft()
+            if not item.done.done():
+                seconds = self.layer.send_timeout
+                item.done.set_exception(LayerUnavailable(f"Postgres did not take the message within {seconds:g} s"))
+        if posted:
+            self.deadline_timer = self.loop.call_at(posted[0].deadline, self.expire)
 
     async def sync(self) -> None:
         """Wait until the link listens on what it needs now (not while Postgres is away)."""

@@ -60,6 +60,8 @@ CheckQueue = Callable[[list[CheckSpec]], Awaitable[None]]
 
 def utf16_length(text: str) -> int:
     """The length of ``text`` as a browser counts it (UTF-16 code units)."""
+    if text.isascii():  # most pieces: known without encoding (CPython keeps whether a str is ASCII)
+        return len(text)
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 

@@ -447,3 +447,35 @@ async def test_a_group_send_waiting_on_a_try_to_connect_that_fails_still_reaches
     finally:
         layer.release.set()
         await layer.close()
+
+
+async def test_a_send_postgres_does_not_take_in_time_fails_at_its_deadline_and_the_next_goes_through(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One timer a link times its sends: each that Postgres has not taken within ``send_timeout`` fails then, with
+    a line that says so, however many wait; once Postgres takes them again, sends go through."""
+    layer, there = make(send_timeout=0.3), make()
+    target = await there.new_channel()
+    await layer.send(target, {"type": "before"})
+    assert (await got(there, target))["type"] == "before"
+    taking = asyncio.Event()
+    sending = pg_layer._Link.send_outbox
+
+    async def stuck(self: Any, connection: Any) -> None:
+        await taking.wait()
+        await sending(self, connection)
+
+    monkeypatch.setattr(pg_layer._Link, "send_outbox", stuck)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    waiting = [asyncio.ensure_future(layer.send(target, {"type": "during", "n": n})) for n in range(3)]
+    await asyncio.sleep(0.1)
+    late = asyncio.ensure_future(layer.send(target, {"type": "during", "n": 3}))
+    outcomes = await asyncio.wait_for(asyncio.gather(*waiting, late, return_exceptions=True), 5)
+    assert all(isinstance(outcome, LayerUnavailable) for outcome in outcomes), outcomes
+    assert "did not take the message within 0.3 s" in str(outcomes[0])
+    assert 0.35 <= loop.time() - started < 2, "the late one failed at its own deadline, not the first's"
+    monkeypatch.undo()
+    taking.set()
+    await layer.send(target, {"type": "after"})
+    assert (await got(there, target))["type"] == "after"

@@ -268,3 +268,8 @@ async def test_a_reply_s_text_goes_out_at_most_every_fifty_ms_and_nothing_after_
         await jobs.run(session.pk, 2, Send("Again"), reply_to=None, check_later=None)
     texts = [(at, message) for at, message in sent if message["event"] == "text"]
     assert len(texts) == 2 and "".join(message["text"] for _, message in texts) == "".join(words)
+
+
+@pytest.mark.parametrize(("text", "units"), [("", 0), ("plain", 5), ("é", 1), ("😀 ok", 5), ("\ud800", 1)])
+def test_a_pieces_length_is_counted_as_a_browser_counts_it(text: str, units: int) -> None:
+    assert jobs.utf16_length(text) == units

@@ -222,22 +222,20 @@ class ModelStream:
     async def wait(self, awaitable: Awaitable[T], deadline: float) -> T:
         """``awaitable``, ended at ``deadline`` (``time.monotonic``) with ``TimeoutError``, or by the cancel at
         once with ``asyncio.CancelledError`` turned into ``ModelCancelled`` by the caller."""
-        if self._waiter is None or self._waiter is not asyncio.current_task():  # outside an iteration
-            task = asyncio.current_task()
-            assert task is not None
+        task = asyncio.current_task()
+        assert task is not None
+        if self._waiter is not task:  # outside an iteration
             with woken_by(self.cancel, self._waker(task)):
-                return await self._waited(awaitable, deadline)
-        return await self._waited(awaitable, deadline)
+                return await self._waited(awaitable, deadline, task)
+        return await self._waited(awaitable, deadline, task)
 
-    async def _waited(self, awaitable: Awaitable[T], deadline: float) -> T:
+    async def _waited(self, awaitable: Awaitable[T], deadline: float, task: asyncio.Task[Any]) -> T:
         """One timer serves a stream's waits: a wait moves the deadline, and the timer, firing, looks whether it
         passed (its deadline moves with each chunk; a timer a wait cost a heap push and a cancel a chunk)."""
         if self.cancel is not None and self.cancel.is_set():
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()  # never to be awaited: no "never awaited" warning
             raise asyncio.CancelledError
-        task = asyncio.current_task()
-        assert task is not None
         self._deadline = deadline
         if self._timer is None or self._timer.when() > deadline:
             if self._timer is not None:
