@@ -61,3 +61,47 @@ def test_switch_the_model_on_the_page_and_the_chart_marks_the_change(browser: Br
         assert len(other.requests) == 1 and len(world.model.requests) == 1
     session = in_thread(lambda: ChatSession.objects.select_related("endpoint").get(pk=session_id))
     assert (session.endpoint.name, session.model_name) == ("other", "beta")
+
+
+def test_an_endpoint_closed_to_everyone_is_offered_to_its_group_only_and_a_grant_taken_back_keeps_the_words(
+    browser: Browser, world: World
+) -> None:
+    from django.contrib.auth.models import Group
+
+    from chat.tools import tool_list
+    from sessions_app.services.sessions import session_start
+
+    def close() -> tuple[ModelEndpoint, int]:
+        paid = ModelEndpoint.objects.create(
+            name="paid", base_url=world.model.base_url, model="scripted", open_to_everyone=False
+        )
+        team = Group.objects.create(name="paid-api")
+        paid.groups.add(team)
+        world.users["ada"].groups.add(team)
+        session = session_start(
+            owner=world.users["ada"],
+            workspace=world.workspace,
+            endpoint=paid,
+            model_name="scripted",
+            tools=tool_list(allow_commands=False),
+        )
+        return paid, session.pk
+
+    paid, session_id = in_thread(close)
+    bob = browser.page("bob")
+    bob.goto(world.url + "/sessions/new")
+    expect(bob.locator("select[name=endpoint] optgroup")).to_have_count(1)
+    expect(bob.locator(f"select[name=endpoint] option[value^='{paid.pk}:']")).to_have_count(0)
+    ada = browser.page("ada")
+    ada.goto(world.url + "/sessions/new")
+    expect(ada.locator(f"select[name=endpoint] option[value='{paid.pk}:scripted']")).to_have_count(1)
+
+    in_thread(lambda: world.users["ada"].groups.clear())
+    ada.goto(world.url + f"/sessions/{session_id}/")
+    ada.wait_for_load_state("domcontentloaded")
+    expect(ada.locator("#ws-status")).to_have_attribute("data-state", "open")
+    ada.fill("#composer-text", "Still on the paid one?")
+    ada.press("#composer-text", "Enter")
+    expect(ada.locator("#notice")).to_contain_text("You may no longer use the model endpoint “paid”")
+    expect(ada.locator("#composer-text")).to_have_value("Still on the paid one?")
+    assert len(world.model.requests) == 0
