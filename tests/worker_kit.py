@@ -14,7 +14,8 @@ from django.db import connection
 from chat.worker import process as worker
 
 
-def _forget_jobs() -> None:
+def forget_jobs() -> None:
+    """Delete every job of the queue: its tables are not Django's, so no test's teardown empties them."""
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM procrastinate_jobs")
 
@@ -47,4 +48,4 @@ async def running_worker(*, concurrency: int = 8) -> AsyncIterator[None]:
                         await working
             except TimeoutError:
                 raise AssertionError("the worker did not stop within 30 s of being cancelled") from None
-    await sync_to_async(_forget_jobs)()
+    await sync_to_async(forget_jobs)()
