@@ -124,3 +124,15 @@ def test_ask_uses_only_an_endpoint_the_person_may_use(
     with pytest.raises(CommandError, match="ada may not use the model endpoint 'paid': staff grant it in the admin"):
         call_command("ask", "--user", "ada", "--endpoint", "paid", "Hello")
     assert not ChatSession.objects.exists(), "nothing started"
+
+
+@pytest.mark.django_db
+def test_a_person_granted_no_endpoint_is_told_so_in_new_chat_and_the_model_menu(
+    live_session: ChatSession, user: Any
+) -> None:
+    ModelEndpoint.objects.update(open_to_everyone=False)
+    client = Client()
+    client.force_login(user)
+    assert "No workspace or model endpoint is configured for you yet" in client.get("/sessions/new").content.decode()
+    menu = client.get(f"/sessions/{live_session.pk}/models").content.decode()
+    assert 'id="model-none"' in menu and f'value="{live_session.endpoint_id}:' not in menu
