@@ -103,6 +103,32 @@ def _transactional_tests_emptied_by_delete() -> Iterator[None]:
         yield
 
 
+DATABASE_FIXTURES = ("db", "transactional_db", "django_db_setup")
+
+
+@pytest.fixture(autouse=True)
+def _no_queued_job_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The queue's tables are not Django's, so no teardown empties them, and a test's rollback does not reach a job
+    queued on the queue's own connection: a job a test queued and nothing ran would be run by the next test's
+    worker (it was, once: a worker subprocess then logged an outage it had no part in). After each test that uses
+    the database, what is still queued is deleted, on a connection of its own, with a warning naming the test."""
+    yield
+    if not any(name in request.fixturenames for name in DATABASE_FIXTURES):
+        return
+    import warnings
+
+    import psycopg
+
+    params = connections["default"].get_connection_params()
+    try:
+        with psycopg.connect(**params, autocommit=True) as link:
+            left = link.execute("DELETE FROM procrastinate_jobs WHERE status = 'todo' RETURNING id").fetchall()
+    except psycopg.Error:  # a test that took the database away; the next one finds it back
+        return
+    if left:
+        warnings.warn(f"{request.node.nodeid} left {len(left)} queued job(s); deleted", stacklevel=1)
+
+
 @pytest.fixture(scope="session")
 def redis_database() -> Iterator[RedisDatabase]:
     """A database of the machine's Redis for this test process alone (:mod:`tests.redis_kit`), emptied at
