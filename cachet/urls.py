@@ -6,6 +6,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from chat.api.routes import api
 from chat.web.metrics import metrics_view
 
 handler500 = "cachet.outage.server_error"
@@ -14,6 +15,7 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("cachet/favicon.svg"), permanent=True), name="favicon"),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),
+    path("api/v1/", api.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(

@@ -16,8 +16,9 @@ import asyncio
 import contextlib
 import signal
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.layers import BaseChannelLayer, get_channel_layer
@@ -110,6 +111,47 @@ async def _work_here(queue: str) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Quiet:
+    """No event of the job came for :data:`WATCH_SECONDS`: its state in the queue (``None``: no longer there)."""
+
+    state: str | None
+
+
+async def job_events(
+    layer: BaseChannelLayer, channel: str, job_id: int
+) -> AsyncGenerator[Mapping[str, Any] | Quiet, None]:
+    """The typed events ``channel`` (a member of the session's group) hears of job ``job_id``, from the job's
+    ``running`` to its ``job_ended`` (the last given), with what was sent to ``channel`` alone; a :class:`Quiet`
+    for each :data:`WATCH_SECONDS` that nothing came. The caller ends it where the job is gone from the queue."""
+    receiving = asyncio.ensure_future(layer.receive(channel))
+    heard = False
+    try:
+        while True:
+            done, _ = await asyncio.wait({receiving}, timeout=WATCH_SECONDS)
+            if not done:
+                yield Quiet(await sync_to_async(_queued_state)(job_id))
+                continue
+            message = receiving.result()
+            receiving = asyncio.ensure_future(layer.receive(channel))
+            try:
+                event = wire.checked(message)
+            except wire.WireError:
+                continue
+            name = event["event"]
+            if name == "job" and event["job"] == job_id and event["state"] == "running":
+                heard = True
+            if not heard and name not in wire.TO_ONE and name != "job_ended":
+                continue  # another job's, before this one ran
+            if name == "job_ended" and event["job"] != job_id:
+                continue
+            yield event
+            if name == "job_ended":
+                return
+    finally:
+        receiving.cancel()
+
+
 async def _followed(
     layer: BaseChannelLayer,
     channel: str,
@@ -120,44 +162,45 @@ async def _followed(
 ) -> Followed:
     followed = Followed()
     event_loop = asyncio.get_running_loop()
-    interrupted = asyncio.Event()
+    stopping: list[asyncio.Task[bool]] = []
 
     def on_interrupt() -> None:
-        if interrupted.is_set():
+        if stopping:
             raise KeyboardInterrupt
-        interrupted.set()
+        followed.stopped = True
+        stopping.append(event_loop.create_task(queueing.stop(session_id)))
 
     with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread: no Ctrl-C
         event_loop.add_signal_handler(signal.SIGINT, on_interrupt)
-    receiving = asyncio.ensure_future(layer.receive(channel))
-    interrupt = asyncio.ensure_future(interrupted.wait())
-    stopping: asyncio.Task[bool] | None = None
     heard = told_queued = False
     vanished = 0
     waited = 0.0
     try:
-        while True:
-            done, _ = await asyncio.wait(
-                {receiving, interrupt}, timeout=WATCH_SECONDS, return_when=asyncio.FIRST_COMPLETED
-            )
-            if interrupt in done and stopping is None:
-                followed.stopped = True
-                stopping = asyncio.create_task(queueing.stop(session_id))
-            if receiving in done:
-                message = receiving.result()
-                receiving = asyncio.ensure_future(layer.receive(channel))
-                try:
-                    event = wire.checked(message)
-                except wire.WireError:
+        async with contextlib.aclosing(job_events(layer, channel, job_id)) as events:
+            async for event in events:
+                if isinstance(event, Quiet):
+                    waited += WATCH_SECONDS
+                    if event.state is None:
+                        vanished += 1
+                        if vanished >= VANISHED_LOOKS:  # taken out before it ran, or its worker died
+                            stopped_waiting = followed.stopped and not heard
+                            followed.failure = queueing.STOPPED_WAITING if stopped_waiting else WORKER_STOPPED
+                            return followed
+                        continue
+                    vanished = 0
+                    if event.state == "todo" and not heard and not told_queued and waited >= QUEUED_NOTICE_SECONDS:
+                        told_queued = True
+                        write({"err": True, "text": queueing.QUEUED, "ending": "\n"})
+                    if working is not None and working.done():
+                        working.result()  # the terminal's own worker stopped before its job ended: say why
+                        raise RuntimeError("the worker of this terminal stopped before its job ended")
                     continue
                 name = event["event"]
-                if name == "job" and event["job"] == job_id and event["state"] == "running":
+                if name == "job" and event["state"] == "running":
                     heard = True
-                if not heard and name not in wire.TO_ONE and name != "job_ended":
-                    continue  # another job's, before this one ran
                 if name == "turn_started":
                     followed.turn_id = event["turn"]
-                elif name == "job_ended" and event["job"] == job_id:
+                elif name == "job_ended":
                     followed.heard_end = True
                     followed.failure = event["failure"]
                     followed.request_ids = list(event["requests"])
@@ -167,28 +210,10 @@ async def _followed(
                 line = await sync_to_async(_result_line)(event["result"]) if name == "result_stored" else ""
                 for echoed in echo_lines(event, result_line=line):
                     write(echoed)
-            if done:
-                continue
-            waited += WATCH_SECONDS
-            state = await sync_to_async(_queued_state)(job_id)
-            if state is None:
-                vanished += 1
-                if vanished >= VANISHED_LOOKS:  # taken out before it ran, or its worker died
-                    followed.failure = queueing.STOPPED_WAITING if followed.stopped and not heard else WORKER_STOPPED
-                    return followed
-                continue
-            vanished = 0
-            if state == "todo" and not heard and not told_queued and waited >= QUEUED_NOTICE_SECONDS:
-                told_queued = True
-                write({"err": True, "text": queueing.QUEUED, "ending": "\n"})
-            if working is not None and working.done():
-                working.result()  # the terminal's own worker stopped before its job ended: say why
-                raise RuntimeError("the worker of this terminal stopped before its job ended")
+        raise AssertionError("the job's events end with its end")
     finally:
-        receiving.cancel()
-        interrupt.cancel()
-        if stopping is not None:
+        for task in stopping:
             with contextlib.suppress(Exception):
-                await stopping
+                await task
         with contextlib.suppress(Exception):
             event_loop.remove_signal_handler(signal.SIGINT)

@@ -656,3 +656,33 @@ class LayerDelivery(models.Model):
 
     def __str__(self) -> str:
         return self.process
+
+
+class ApiTokenAccess(models.TextChoices):
+    READ = "read", "read-only"
+    WRITE = "write", "read-write"
+
+
+class ApiToken(models.Model):
+    """A person's personal access token for the API: shown to them once when made, kept here only as its
+    SHA-256 (``digest``) and its first characters (``shown``) to tell it apart. A revoked token is kept, unusable,
+    so the person and the admin still see it was there."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    access = models.CharField(max_length=5, choices=ApiTokenAccess.choices, default=ApiTokenAccess.READ)
+    digest = models.CharField(max_length=64, unique=True)
+    shown = models.CharField(max_length=20, help_text="The token's first characters, as its owner saw them.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "-created_at"], name="api_token_owner_created")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.shown}…)"
+
+    @property
+    def writes(self) -> bool:
+        return self.access == ApiTokenAccess.WRITE

@@ -80,25 +80,30 @@ class LockoutBackend(AxesStandaloneBackend):  # type: ignore[misc]
         return None
 
 
-def _failures_key(address: str | None) -> str:
-    return f"cachet:login-failures:{address or 'unknown'}"
+def _failures_key(address: str | None, kind: str) -> str:
+    return f"cachet:{kind}-failures:{address or 'unknown'}"
 
 
-def failures_from(address: str | None) -> int:
-    """Failed logins from ``address`` in its current one-minute window."""
-    return int(cache.get(_failures_key(address), 0))
+def failures_from(address: str | None, *, kind: str = "login") -> int:
+    """Failed logins (or API tokens: ``kind``) from ``address`` in its current one-minute window."""
+    return int(cache.get(_failures_key(address, kind), 0))
+
+
+def failure_count(address: str | None, *, kind: str = "login") -> None:
+    """One more failure of ``kind`` from ``address`` in its window."""
+    key = _failures_key(address, kind)
+    cache.add(key, 0, timeout=FAILURE_WINDOW_SECONDS)
+    try:
+        cache.incr(key)
+    except ValueError:  # the window ended between add and incr
+        cache.set(key, 1, timeout=FAILURE_WINDOW_SECONDS)
 
 
 def count_failure(sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **kwargs: Any) -> None:
     """``user_login_failed`` receiver: one more failure for the request's address in its window."""
     if request is None or settings.CACHET_LOGIN_IP_FAILURES_PER_MINUTE <= 0:
         return
-    key = _failures_key(client_address(request))
-    cache.add(key, 0, timeout=FAILURE_WINDOW_SECONDS)
-    try:
-        cache.incr(key)
-    except ValueError:  # the window ended between add and incr
-        cache.set(key, 1, timeout=FAILURE_WINDOW_SECONDS)
+    failure_count(client_address(request))
 
 
 def connect() -> None:
@@ -121,14 +126,18 @@ class FailedLoginLimitMiddleware(MiddlewareMixin):
         return response
 
 
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
 def _is_login(request: HttpRequest) -> bool:
     match = request.resolver_match
     return match is not None and match.view_name in LOGIN_VIEWS
 
 
 class RefusalDelayMiddleware:
-    """Holds a refused login's 429 for ``CACHET_LOGIN_REFUSAL_DELAY`` seconds, asleep on the event loop. First
-    in ``MIDDLEWARE`` and async only, so the wait holds no thread and no database connection."""
+    """Holds a refused login's (or API request's) 429 for ``CACHET_LOGIN_REFUSAL_DELAY`` seconds, asleep on the
+    event loop. First in ``MIDDLEWARE`` and async only, so the wait holds no thread and no database connection."""
 
     sync_capable = False
     async_capable = True
@@ -140,6 +149,6 @@ class RefusalDelayMiddleware:
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         response: HttpResponseBase = await self.get_response(request)
         delay = settings.CACHET_LOGIN_REFUSAL_DELAY
-        if delay > 0 and response.status_code == TOO_MANY_REQUESTS and _is_login(request):
+        if delay > 0 and response.status_code == TOO_MANY_REQUESTS and (_is_login(request) or _is_api(request)):
             await asyncio.sleep(delay)
         return response

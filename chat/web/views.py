@@ -159,7 +159,7 @@ def session_new(request: HttpRequest) -> HttpResponse:
         attach_problems = [problem for file in files if (problem := too_large(file))]
         if not attach_problems:
             try:
-                session = _new_chat(request, form, files)
+                session = new_chat(owner=_user(request), form=form, files=files)
             except UploadRefused as error:
                 attach_problems = [f"Nothing was sent: {error} Choose the files again."]
             else:
@@ -182,12 +182,13 @@ def session_new(request: HttpRequest) -> HttpResponse:
 
 
 @transaction.atomic
-def _new_chat(request: HttpRequest, form: NewSessionForm, files: list[UploadedFile[bytes]]) -> ChatSession:
-    """The session New chat stores, with the files sent along written into its workspace (a name already taken
-    keeps both, nothing is overwritten) and recorded for its first message; a file refused stores nothing."""
+def new_chat(*, owner: User, form: NewSessionForm, files: list[UploadedFile[bytes]]) -> ChatSession:
+    """The session New chat (or the API) stores, with the files sent along written into its workspace (a name
+    already taken keeps both, nothing is overwritten) and recorded for its first message; a file refused stores
+    nothing."""
     workspace = form.cleaned_data["workspace"]
     session = session_start(
-        owner=_user(request),
+        owner=owner,
         workspace=workspace,
         endpoint=form.cleaned_data["endpoint"].endpoint,
         model_name=form.chosen_model(),
