@@ -19,6 +19,7 @@ from sessions_app.folders import folder_check
 from sessions_app.hygiene import format_id, parse_id
 from sessions_app.models import (
     DEFAULT_ENDPOINT_NAME,
+    ApiToken,
     ChatSession,
     Generation,
     InstructionPreset,
@@ -34,6 +35,7 @@ from sessions_app.models import (
 )
 from sessions_app.selectors.sessions import workspace_nesting
 from sessions_app.selectors.totals import listed_totals, with_totals
+from sessions_app.services.tokens import api_token_revoke
 from sessions_app.services.workspaces import workspace_folders_lock
 
 
@@ -535,6 +537,29 @@ class UsageDayAdmin(ReadOnlyAdmin):
     list_filter = ["day", "endpoint", "owner"]
     date_hierarchy = "day"
     list_select_related = ["owner", "endpoint"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """People's personal access tokens for the API: who has which, what it may do, when it was last used. Only
+    its first characters are known (the rest is kept as a digest); staff revoke one, nobody makes one here."""
+
+    list_display = ["name", "owner", "access", "shown", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["access", ("revoked_at", admin.EmptyFieldListFilter), "owner"]
+    list_select_related = ["owner"]
+    search_fields = ["name", "owner__username", "shown"]
+    readonly_fields = ["owner", "name", "access", "shown", "created_at", "last_used_at", "revoked_at"]
+    exclude = ["digest"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        for token in queryset:
+            api_token_revoke(token=token)
+        self.message_user(request, f"Revoked {queryset.count()} token(s).", messages.SUCCESS)
 
 
 @admin.register(InstructionPreset)

@@ -30,6 +30,7 @@ from chat.agent.loop import ReplyLoop
 from chat.web.routing import websocket_urlpatterns
 from sessions_app.models import ChatSession, ModelEndpoint, ModelRequest, Result, Turn, Upload, Workspace
 from sessions_app.services.sessions import session_rename
+from sessions_app.services.tokens import api_token_create
 from sessions_app.services.uploads import upload_record
 from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
@@ -85,7 +86,8 @@ def walk(patterns: list[Any], prefix: str = "", kwargs: tuple[str, ...] = (), na
 
 
 URL_ROUTES = list(walk(get_resolver().url_patterns))
-APP_ROUTES = [route for route in URL_ROUTES if not route.admin]
+API_ROUTES = [route for route in URL_ROUTES if route.template.startswith("api/")]  # a token's, not a cookie's
+APP_ROUTES = [route for route in URL_ROUTES if not route.admin and route not in API_ROUTES]
 ADMIN_ROUTES = [route for route in URL_ROUTES if route.admin]
 WS_ROUTES = list(walk(websocket_urlpatterns))
 
@@ -108,6 +110,9 @@ APP_KWARGS: dict[str, Callable[[Owned], object]] = {
     "request_id": lambda owned: owned.request.pk,
     "upload_id": lambda owned: owned.upload.pk,  # a file attached, waiting for the next message
     "token": lambda owned: _stopped_share(owned),  # a link the owner stopped: it shows nobody anything
+    "token_id": lambda owned: api_token_create(owner=owned.session.owner, name="swept", access="write").token.pk,
+    "rid": lambda owned: f"{owned.result.number:04x}",  # a result's id as the model saw it, without its #
+    "rest": lambda owned: f"v1/sessions/{owned.session.pk}/nothing-here",  # any other path under /api/
 }
 
 
@@ -554,3 +559,123 @@ async def test_an_endpoint_not_granted_is_offered_nowhere_and_every_request_to_i
         assert len(await database_sync_to_async(pages)()) == 3, "granted again: offered, and New chat starts on it"
     finally:  # the queue's rows outlive a test (its tables are not Django's to empty): no later worker runs this one
         await database_sync_to_async(forget_jobs)()
+
+
+# The API: the same promises for a token as for a cookie. A second person's token finds none of the first person's
+# ids; no token (a cookie neither) reaches anything; a bad id is a 404; a removed member reads through the API and
+# changes nothing of the session or the workspace.
+
+API_PUBLIC = {"api-v1:openapi-json", "api_index", "api-v1:api-root"}  # the schema, and where it is
+API_METHODS = ("GET", "POST", "PATCH", "DELETE")
+API_BODY = {"title": "bob-was-here", "text": "bob-was-here", "turn": 1, "restore": True, "archived": True}
+STREAMS = {"api-v1:session_events"}  # the owner's answer is a stream that lasts while they listen
+
+
+def _api(client: Client, method: str, path: str, secret: str | None) -> Any:
+    headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+    call = getattr(client, method.lower())
+    return call(path, API_BODY, content_type="application/json", headers=headers)
+
+
+def test_the_sweep_finds_the_api() -> None:
+    names = {route.name for route in API_ROUTES}
+    assert {"api-v1:sessions_list", "api-v1:message_send", "api-v1:result_read", "api-v1:session_events"} <= names
+    assert len(API_ROUTES) >= 18
+
+
+def test_a_second_persons_token_gets_404_for_every_id_of_the_first(owned: Owned, other_user: Any) -> None:
+    bobs = api_token_create(owner=other_user, name="bob", access="write").secret
+    failures: list[str] = []
+    swept = 0
+    for route in API_ROUTES:
+        if not route.kwargs:
+            continue
+        path = route.path(values_for(route, owned))
+        missing = route.path(dict.fromkeys(route.kwargs, MISSING_ID))
+        for method in API_METHODS:
+            response = _api(Client(), method, path, bobs)
+            swept += 1
+            if _leaks(response.content):
+                failures.append(f"{method} {path}: shows {_leaks(response.content)}")
+            if response.status_code == 404:
+                continue
+            baseline = _api(Client(), method, missing, bobs)
+            if response.status_code == 405 and baseline.status_code == 405:
+                continue
+            failures.append(f"{method} {path}: {response.status_code}, not 404")
+    assert failures == []
+    assert swept >= 4 * 14
+    listed = _api(Client(), "GET", "/api/v1/sessions", bobs).json()
+    assert listed == {"count": 0, "items": []}
+    _intact(owned)
+
+
+def test_no_token_reaches_nothing_of_the_api_a_logged_in_cookie_neither(owned: Owned, user: Any) -> None:
+    failures: list[str] = []
+    with_cookie = Client()
+    with_cookie.force_login(user)
+    for route in API_ROUTES:
+        path = route.path(values_for(route, owned))
+        for client in (Client(), with_cookie):
+            for method in API_METHODS:
+                response = _api(client, method, path, None)
+                if _leaks(response.content):
+                    failures.append(f"{method} {path}: shows {_leaks(response.content)}")
+                elif route.name in API_PUBLIC or route.name == "api/{rest}":
+                    if response.status_code not in (200, 404, 405):
+                        failures.append(f"{method} {path}: {response.status_code}")
+                elif response.status_code not in (401, 405):
+                    failures.append(f"{method} {path}: {response.status_code}, not 401")
+    assert failures == []
+    _intact(owned)
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_api_ids_out_of_range_or_malformed_are_404_never_500(owned: Owned, user: Any, bad: str) -> None:
+    secret = api_token_create(owner=user, name="own", access="write").secret
+    failures: list[str] = []
+    for route in API_ROUTES:
+        real = values_for(route, owned)
+        for name in route.kwargs:
+            path = route.path({**real, name: bad})
+            for method in API_METHODS:
+                response = _api(Client(), method, path, secret)
+                if response.status_code in (404, 405):
+                    continue
+                failures.append(f"{method} {path}: {response.status_code}")
+    assert failures == []
+    _intact(owned)
+
+
+def test_a_removed_member_reads_through_the_api_and_changes_nothing(
+    owned: Owned, user: Any, other_user: Any, workspace_dir: Path, scripted: ScriptedServer
+) -> None:
+    Workspace.objects.filter(pk=owned.session.workspace_id).update(open_to_everyone=False)
+    owned.session.workspace.members.add(other_user)
+    files, stored, asked = _folder(workspace_dir), _stored(owned), len(scripted.requests)
+    secret = api_token_create(owner=user, name="own", access="write").secret
+    failures: list[str] = []
+    session = f"/api/v1/sessions/{owned.session.pk}"
+    for route in API_ROUTES:
+        if route.name in STREAMS or not route.kwargs or route.name == "api/{rest}":
+            continue
+        response = _api(Client(), "GET", route.path(values_for(route, owned)), secret)
+        if response.status_code not in (200, 405):
+            failures.append(f"GET /{route.template}: {response.status_code}, not 200: their own session reads")
+    read = _api(Client(), "GET", session, secret).json()
+    assert read["read_only"] == REMOVED
+    for action in ("messages", "regenerate", "undo", "rewind"):
+        response = _api(Client(), "POST", f"{session}/{action}", secret)
+        if response.status_code != 403 or response.json()["detail"] != REMOVED:
+            failures.append(f"POST {action}: {response.status_code} {response.content[:200]!r}")
+    body = {"text": "a new one", "workspace": owned.session.workspace_id, "endpoint": owned.session.endpoint_id}
+    started = Client().post(
+        "/api/v1/sessions", body, content_type="application/json", headers={"Authorization": f"Bearer {secret}"}
+    )
+    if started.status_code != 404:
+        failures.append(f"POST /api/v1/sessions on the workspace: {started.status_code}")
+    assert _api(Client(), "POST", f"{session}/stop", secret).status_code == 200, "stop is taken, with nothing to stop"
+    assert failures == []
+    assert _folder(workspace_dir) == files
+    assert _stored(owned) == stored
+    assert len(scripted.requests) == asked

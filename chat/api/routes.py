@@ -8,14 +8,16 @@ and queues actions for the workers exactly as a tab does. Actions answer 202 wit
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import reverse
 from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Query, Router, Status
 from ninja.errors import ValidationError
 
@@ -35,10 +37,12 @@ from sessions_app.selectors.exports import session_export
 from sessions_app.selectors.sessions import (
     endpoint_list,
     endpoint_refusal,
+    endpoints_for,
     result_get,
     session_get,
     session_list,
     workspace_refusal,
+    workspaces_for,
 )
 from sessions_app.selectors.totals import listed_totals, with_totals
 from sessions_app.services.locks import reply_running, sessions_running
@@ -59,6 +63,14 @@ router = Router(tags=["sessions"])
 NOT_FOUND = "No such session."
 LIST_LIMIT = 200
 EVENT_STREAM = "text/event-stream"
+ERRORS: dict[int, Any] = {
+    401: schemas.Problem,
+    403: schemas.Problem,
+    404: schemas.Problem,
+    422: schemas.Invalid,
+    429: schemas.Problem,
+}
+ACTION_ERRORS: dict[int, Any] = {**ERRORS, 409: schemas.Problem, 413: schemas.Problem}
 STREAM_DOC = {"responses": {202: {"content": {EVENT_STREAM: {"schema": {"type": "string"}}}}}}
 
 
@@ -140,7 +152,7 @@ def _wants_stream(request: HttpRequest) -> bool:
     return EVENT_STREAM in request.headers.get("Accept", "")
 
 
-@api.get("/me", response=schemas.Me, tags=["account"], summary="Who the token belongs to")
+@api.get("/me", response={200: schemas.Me, **ERRORS}, tags=["account"], summary="Who the token belongs to")
 def me(request: HttpRequest) -> dict[str, Any]:
     token = request.auth  # type: ignore[attr-defined]
     user = _user(request)
@@ -151,7 +163,7 @@ def me(request: HttpRequest) -> dict[str, Any]:
     }
 
 
-@router.get("", response=schemas.SessionList, summary="List sessions")
+@router.get("", response={200: schemas.SessionList, **ERRORS}, summary="List sessions")
 def sessions_list(
     request: HttpRequest, archived: bool = False, limit: Query[int] = 50, offset: Query[int] = 0
 ) -> dict[str, Any]:
@@ -166,12 +178,16 @@ def sessions_list(
     }
 
 
-@router.get("/{int:session_id}", response=schemas.SessionOut, url_name="session", summary="Read a session")
+@router.get(
+    "/{int:session_id}", response={200: schemas.SessionOut, **ERRORS}, url_name="session", summary="Read a session"
+)
 def session_read(request: HttpRequest, session_id: int) -> dict[str, Any]:
     return _one_session(request, session_id)
 
 
-@router.patch("/{int:session_id}", response=schemas.SessionOut, summary="Rename, pin or archive a session")
+@router.patch(
+    "/{int:session_id}", response={200: schemas.SessionOut, **ERRORS}, summary="Rename, pin or archive a session"
+)
 def session_change(request: HttpRequest, session_id: int, change: schemas.SessionChange) -> dict[str, Any]:
     session = _owned(request, session_id)
     if change.title is not None:
@@ -183,7 +199,7 @@ def session_change(request: HttpRequest, session_id: int, change: schemas.Sessio
     return _one_session(request, session_id)
 
 
-@router.delete("/{int:session_id}", response={204: None}, summary="Delete a session")
+@router.delete("/{int:session_id}", response={204: None, **ERRORS}, summary="Delete a session")
 def session_remove(request: HttpRequest, session_id: int) -> Status[None]:
     """The session leaves everything its owner sees; it stays stored whole for the admin."""
     session_delete(session=_owned(request, session_id))
@@ -191,18 +207,24 @@ def session_remove(request: HttpRequest, session_id: int) -> Status[None]:
 
 
 def _form_data(user: User, body: schemas.SessionCreate) -> dict[str, Any]:
+    """The New chat form's fields for ``body``: the person's own workspace and first endpoint where it names none;
+    one it names that they may not use is one there is not (404)."""
     workspace = body.workspace
     if workspace is None:
         try:
             workspace = workspace_private(user=user).pk
         except StoreError as error:
             raise ApiRefused(422, str(error)) from error
+    elif not workspaces_for(user=user).filter(pk=workspace).exists():
+        raise ApiRefused(404, f"There is no workspace {workspace} open to you.")
     endpoint = body.endpoint
     if endpoint is None:
         usable = endpoint_list(user=user)
         if not usable:
             raise ApiRefused(403, "No model endpoint is open to you; staff grant endpoints in the admin.")
         endpoint = usable[0].pk
+    elif not endpoints_for(user=user).filter(pk=endpoint).exists():
+        raise ApiRefused(404, f"There is no model endpoint {endpoint} open to you.")
 
     def blank(value: object) -> object:
         return "" if value is None else value
@@ -229,7 +251,7 @@ def _created(user: User, body: schemas.SessionCreate) -> ChatSession:
 
 @router.post(
     "",
-    response={201: schemas.Created},
+    response={201: schemas.Created, **ACTION_ERRORS},
     summary="Start a session with its first message",
     openapi_extra={"responses": {201: {"content": {EVENT_STREAM: {"schema": {"type": "string"}}}}}},
 )
@@ -298,7 +320,10 @@ def _said_words(said: schemas.Said) -> str:
 
 
 @router.post(
-    "/{int:session_id}/messages", response={202: schemas.Queued}, summary="Send a message", openapi_extra=STREAM_DOC
+    "/{int:session_id}/messages",
+    response={202: schemas.Queued, **ACTION_ERRORS},
+    summary="Send a message",
+    openapi_extra=STREAM_DOC,
 )
 async def message_send(request: HttpRequest, session_id: int, said: schemas.Said) -> Any:
     """Store the message and queue the model's reply."""
@@ -307,7 +332,7 @@ async def message_send(request: HttpRequest, session_id: int, said: schemas.Said
 
 @router.post(
     "/{int:session_id}/regenerate",
-    response={202: schemas.Queued},
+    response={202: schemas.Queued, **ACTION_ERRORS},
     summary="Ask the last reply again",
     openapi_extra=STREAM_DOC,
 )
@@ -318,7 +343,7 @@ async def reply_regenerate(request: HttpRequest, session_id: int, restore: schem
 
 @router.post(
     "/{int:session_id}/undo",
-    response={202: schemas.Queued},
+    response={202: schemas.Queued, **ACTION_ERRORS},
     summary="Take back the last turn",
     openapi_extra=STREAM_DOC,
 )
@@ -328,7 +353,7 @@ async def turn_undo(request: HttpRequest, session_id: int, restore: schemas.Rest
 
 @router.post(
     "/{int:session_id}/rewind",
-    response={202: schemas.Queued},
+    response={202: schemas.Queued, **ACTION_ERRORS},
     summary="Take back a turn and every later one",
     openapi_extra=STREAM_DOC,
 )
@@ -336,7 +361,7 @@ async def turn_rewind(request: HttpRequest, session_id: int, rewind: schemas.Rew
     return await _start(request, session_id, Rewind(turn=rewind.turn, restore=rewind.restore), asking=False)
 
 
-@router.post("/{int:session_id}/stop", response=schemas.Stopped, summary="Stop the running reply")
+@router.post("/{int:session_id}/stop", response={200: schemas.Stopped, **ERRORS}, summary="Stop the running reply")
 async def reply_stop(request: HttpRequest, session_id: int) -> dict[str, bool]:
     """Stop the session's reply wherever it runs, and take out a job of it still waiting."""
     await store_call(_owned)(request, session_id)
@@ -347,7 +372,7 @@ async def reply_stop(request: HttpRequest, session_id: int) -> dict[str, bool]:
     "/{int:session_id}/events",
     url_name="session_events",
     summary="Follow the session's events (Server-Sent Events)",
-    response={200: None},
+    response={200: None, **ERRORS},
     openapi_extra={"responses": {200: {"content": {EVENT_STREAM: {"schema": {"type": "string"}}}}}},
 )
 async def session_events(request: HttpRequest, session_id: int, job: Query[int | None] = None) -> Any:
@@ -414,7 +439,7 @@ def _turns_out(turns: list[Turn]) -> list[dict[str, Any]]:
     ]
 
 
-@router.get("/{int:session_id}/turns", response=schemas.TurnList, summary="Read the turns")
+@router.get("/{int:session_id}/turns", response={200: schemas.TurnList, **ERRORS}, summary="Read the turns")
 def turns_list(
     request: HttpRequest, session_id: int, taken_back: bool = False, limit: Query[int] = 50, offset: Query[int] = 0
 ) -> dict[str, Any]:
@@ -428,7 +453,7 @@ def turns_list(
     return {"count": turns.count(), "items": _turns_out(page)}
 
 
-@router.get("/{int:session_id}/turns/{int:number}", response=schemas.TurnOut, summary="Read a turn")
+@router.get("/{int:session_id}/turns/{int:number}", response={200: schemas.TurnOut, **ERRORS}, summary="Read a turn")
 def turn_read(request: HttpRequest, session_id: int, number: int) -> dict[str, Any]:
     session = _owned(request, session_id)
     turn = Turn.objects.filter(session=session, number=number).first()
@@ -448,7 +473,9 @@ def _result_number(text: str) -> int:
     return number
 
 
-@router.get("/{int:session_id}/results/{rid}", response=schemas.ResultOut, summary="Read a result by its id")
+@router.get(
+    "/{int:session_id}/results/{rid}", response={200: schemas.ResultOut, **ERRORS}, summary="Read a result by its id"
+)
 def result_read(request: HttpRequest, session_id: int, rid: str) -> dict[str, Any]:
     """A stored tool result, whole, by its id as the model saw it (``0012``, or ``%230012`` for ``#0012``)."""
     result = result_get(owner=request.user, session_id=session_id, number=_result_number(rid))
@@ -472,7 +499,7 @@ def result_read(request: HttpRequest, session_id: int, rid: str) -> dict[str, An
 @router.get(
     "/{int:session_id}/export",
     summary="Export a session",
-    response={200: None},
+    response={200: None, **ERRORS},
     openapi_extra={
         "responses": {
             200: {
@@ -484,7 +511,9 @@ def result_read(request: HttpRequest, session_id: int, rid: str) -> dict[str, An
         }
     },
 )
-def session_export_view(request: HttpRequest, session_id: int, format: str = "json") -> HttpResponseBase:
+def session_export_view(
+    request: HttpRequest, session_id: int, format: Literal["json", "markdown"] = "json"
+) -> HttpResponseBase:
     """The session as the page's Export gives it: JSON (every branch; importable again) or Markdown."""
     session = _owned(request, session_id)
     now = timezone.now()
@@ -502,3 +531,20 @@ def session_export_view(request: HttpRequest, session_id: int, format: str = "js
 
 
 api.add_router("/sessions", router)
+
+
+def index(request: HttpRequest) -> HttpResponse:
+    """``/api/v1/``: where the schema is (no token needed)."""
+    schema = request.build_absolute_uri(reverse("api-v1:openapi-json"))
+    return HttpResponse(json.dumps({"version": "1", "schema": schema}), content_type="application/json")
+
+
+@csrf_exempt
+def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """Any other path under ``/api/``: a 404 in the API's own JSON, never a page."""
+    answer = HttpResponse(
+        b'{"detail": "There is no such API route; the routes are listed in /api/v1/openapi.json."}',
+        status=404,
+        content_type="application/json",
+    )
+    return answer

@@ -7,6 +7,9 @@ from typing import Any, Literal
 
 from ninja import Field, Schema
 
+from chat.web.forms import MODEL_MAX_LENGTH
+from sessions_app.services.sessions import INSTRUCTIONS_CHARS, MAX_TOKENS_LIMIT, TEMPERATURE_RANGE
+
 
 class Problem(Schema):
     """Why a request was refused, in words a person can act on."""
@@ -18,7 +21,7 @@ class Invalid(Schema):
     """A request not as the schema says: what is wrong, and pydantic's errors."""
 
     detail: str
-    errors: list[dict[str, Any]]
+    errors: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class TokenInfo(Schema):
@@ -69,14 +72,16 @@ class SessionList(Schema):
 class SessionCreate(Schema):
     """A new session, stored with its first message, whose reply is queued at once (as New chat does)."""
 
-    text: str = Field(description="The first message.")
+    text: str = Field(min_length=1, pattern=r"\S", description="The first message (not blank).")
     workspace: int | None = Field(None, description="A workspace's id; default: the person's own.")
     endpoint: int | None = Field(None, description="A model endpoint's id; default: the first they may use.")
-    model: str = Field("", description="A model on the endpoint; default: the endpoint's own, else the first listed.")
+    model: str = Field(
+        "", max_length=MODEL_MAX_LENGTH, description="A model on the endpoint; default: its own, else the first listed."
+    )
     mode: Literal["plan", "edit", "full"] = "edit"
-    instructions: str = ""
-    temperature: float | None = None
-    max_tokens: int | None = None
+    instructions: str = Field("", max_length=INSTRUCTIONS_CHARS)
+    temperature: float | None = Field(None, ge=TEMPERATURE_RANGE[0], le=TEMPERATURE_RANGE[1])
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
 
 
 class SessionChange(Schema):
@@ -102,7 +107,7 @@ class Created(Schema):
 
 
 class Said(Schema):
-    text: str
+    text: str = Field(min_length=1, pattern=r"\S", description="The message (not blank).")
 
 
 class Restore(Schema):

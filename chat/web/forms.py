@@ -12,11 +12,12 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from chat.agent.endpoints import FALLBACK_MODEL, EndpointModels, endpoint_models
-from sessions_app.models import ChatSession, InstructionPreset, Mode, ModelEndpoint, Theme, Workspace
+from sessions_app.models import ApiTokenAccess, ChatSession, InstructionPreset, Mode, ModelEndpoint, Theme, Workspace
 from sessions_app.selectors.search import QUERY_CHARS
 from sessions_app.selectors.sessions import endpoints_for, session_models, session_workspaces, workspaces_for
 from sessions_app.selectors.settings import presets_of
 from sessions_app.services.sessions import INSTRUCTIONS_CHARS, MAX_TOKENS_LIMIT, TEMPERATURE_RANGE
+from sessions_app.services.tokens import NAME_CHARACTERS
 
 MODEL_MAX_LENGTH = 200
 ID_DIGITS = 18
@@ -302,3 +303,27 @@ class ImportForm(forms.Form):
         field = self.fields["workspace"]
         assert isinstance(field, forms.ModelChoiceField)
         field.queryset = workspaces_for(user=user)
+
+
+class ApiTokenForm(forms.Form):
+    """A new personal access token: its name (checked by ``api_token_create``, which says what is wrong) and
+    whether it may change anything."""
+
+    name = forms.CharField(
+        required=False,
+        label="Name",
+        help_text="What will use it, to know it again later: e.g. “CI”, “my editor”.",
+        widget=forms.TextInput(
+            attrs={
+                "required": True,
+                "maxlength": NAME_CHARACTERS,
+                "autocomplete": "off",
+                "aria-describedby": "token-name-help",
+            }
+        ),
+    )
+    access = forms.ChoiceField(choices=ApiTokenAccess.choices, initial=ApiTokenAccess.READ, widget=forms.RadioSelect)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "token-%s")
+        super().__init__(*args, **kwargs)

@@ -3,13 +3,15 @@ from __future__ import annotations
 from django.urls import path
 
 import cachet.converters  # noqa: F401  (registers the ``id`` converter)
-from chat.web import attachments, session_settings, shares, sidebar, transfer, usage, views
+from chat.web import attachments, session_settings, shares, sidebar, tokens, transfer, usage, views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("settings/theme", views.theme_view, name="theme"),
     path("usage/", usage.usage_page, name="usage"),
     path("usage.csv", usage.usage_csv, name="usage_csv"),
+    path("tokens/", tokens.api_tokens_page, name="api_tokens"),
+    path("tokens/<id:token_id>/revoke", tokens.api_token_revoke_view, name="api_token_revoke"),
     path("sessions/new", views.session_new, name="session_new"),
     path("sessions/sidebar", sidebar.sidebar_view, name="sidebar"),
     path("sessions/import", transfer.import_session, name="session_import"),

@@ -58,6 +58,7 @@ def test_every_page_in_both_themes_has_no_serious_violation(browser: Browser, wo
         "password": "/password/",
         "shared": f"/shared/{token}/",
         "usage": "/usage/",
+        "api tokens": "/tokens/",
     }
     admin_pages = {
         "admin": "/admin/",
