@@ -11,7 +11,11 @@ COPY pyproject.toml README.md ./
 COPY cachet cachet
 COPY sessions_app sessions_app
 COPY chat chat
-RUN pip install --no-cache-dir .
+# with django-auth-ldap for sign-in with LDAP (CACHET_LDAP_URI): python-ldap builds against OpenLDAP's headers
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev libldap-dev libsasl2-dev \
+    && pip install --no-cache-dir '.[ldap]' \
+    && apt-get purge -y gcc libc6-dev libldap-dev libsasl2-dev && apt-get autoremove -y \
+    && apt-get install -y --no-install-recommends libldap-2.5-0 libsasl2-2 && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN useradd --create-home --uid 1000 cachet \
     && mkdir -p /data /workspaces \

@@ -188,6 +188,31 @@ AUTH_PASSWORD_VALIDATORS = [
 
 AUTHENTICATION_BACKENDS = ["chat.web.logins.LockoutBackend", "django.contrib.auth.backends.ModelBackend"]
 
+# Sign-in with the company's directory (docs/deployment.md, "Sign-in with the company's directory"); each is off
+# until its first setting is set, and local accounts keep working beside them. A directory group maps to a Cachet
+# group by CACHET_*_GROUP_MAP ("DIRECTORY=CACHET" pairs, ";" between them); members of CACHET_*_STAFF_GROUPS are
+# staff. Both are applied at every sign-in.
+CACHET_OIDC_CLIENT_ID = os.environ.get("CACHET_OIDC_CLIENT_ID", "")
+CACHET_OIDC_ISSUER = os.environ.get("CACHET_OIDC_ISSUER", "").rstrip("/")  # its /.well-known/openid-configuration
+CACHET_OIDC_LABEL = os.environ.get("CACHET_OIDC_LABEL", "your company account")
+CACHET_OIDC_GROUPS_CLAIM = os.environ.get("CACHET_OIDC_GROUPS_CLAIM", "groups")
+CACHET_OIDC_GROUP_MAP = os.environ.get("CACHET_OIDC_GROUP_MAP", "")
+CACHET_OIDC_STAFF_GROUPS = os.environ.get("CACHET_OIDC_STAFF_GROUPS", "")
+if CACHET_OIDC_CLIENT_ID:
+    from cachet.directory.oidc_settings import oidc_settings
+
+    AUTHENTICATION_BACKENDS.append("cachet.directory.oidc.OidcBackend")
+    globals().update(oidc_settings(os.environ))
+
+CACHET_LDAP_URI = os.environ.get("CACHET_LDAP_URI", "")
+CACHET_LDAP_GROUP_MAP = os.environ.get("CACHET_LDAP_GROUP_MAP", "")
+CACHET_LDAP_STAFF_GROUPS = os.environ.get("CACHET_LDAP_STAFF_GROUPS", "")
+if CACHET_LDAP_URI:
+    from cachet.directory.ldap_settings import ldap_settings
+
+    AUTHENTICATION_BACKENDS.append("cachet.directory.ldap.LdapBackend")
+    globals().update(ldap_settings(os.environ))
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "session_new"  # a message box, as chat apps open; the list is in the sidebar and at /
 LOGOUT_REDIRECT_URL = "login"

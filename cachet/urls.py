@@ -6,6 +6,8 @@ from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
+from cachet.directory.oidc import OidcCallback, OidcLogin
+from cachet.directory.views import LoginView
 from chat.api.routes import api
 from chat.api.routes import index as api_index
 from chat.api.routes import not_found as api_not_found
@@ -20,7 +22,9 @@ urlpatterns = [
     path("api/v1/", api_index, name="api_index"),
     path("api/v1/", api.urls),
     re_path(r"^api/(?P<rest>.*)$", api_not_found),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", LoginView.as_view(), name="login"),
+    path("oidc/login/", OidcLogin.as_view(), name="oidc_login"),
+    path("oidc/callback/", OidcCallback.as_view(), name="oidc_callback"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "password/",

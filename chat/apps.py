@@ -8,6 +8,12 @@ class ChatConfig(AppConfig):
     verbose_name = "Chat"
 
     def ready(self) -> None:
+        from django.conf import settings
+
         from chat.web import logins
 
         logins.connect()
+        if settings.CACHET_LDAP_URI:  # django-auth-ldap is installed only where LDAP is used
+            from cachet.directory import ldap
+
+            ldap.connect()

@@ -686,3 +686,27 @@ class ApiToken(models.Model):
     @property
     def writes(self) -> bool:
         return self.access == ApiTokenAccess.WRITE
+
+
+class DirectorySource(models.TextChoices):
+    OIDC = "oidc", "OpenID Connect"
+    LDAP = "ldap", "LDAP"
+
+
+class DirectoryAccount(models.Model):
+    """A person who signs in through the company's directory: which one (``source``), who they are there
+    (``subject``: OIDC's ``sub``, LDAP's DN), and the directory's groups they were in at their last sign-in. An
+    account made by hand is never taken over by a directory's sign-in: a directory's person gets their own."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="directory_account")
+    source = models.CharField(max_length=4, choices=DirectorySource.choices)
+    subject = models.CharField(max_length=500)
+    directory_groups = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    signed_in_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["source", "subject"], name="directory_account_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.subject}"

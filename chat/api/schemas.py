@@ -10,6 +10,8 @@ from ninja import Field, Schema
 from chat.web.forms import MODEL_MAX_LENGTH
 from sessions_app.services.sessions import INSTRUCTIONS_CHARS, MAX_TOKENS_LIMIT, TEMPERATURE_RANGE
 
+NOT_BLANK: dict[str, Any] = {"pattern": r"\S"}  # stated in the schema; a blank one is told "Write a message first."
+
 
 class Problem(Schema):
     """Why a request was refused, in words a person can act on."""
@@ -72,7 +74,7 @@ class SessionList(Schema):
 class SessionCreate(Schema):
     """A new session, stored with its first message, whose reply is queued at once (as New chat does)."""
 
-    text: str = Field(min_length=1, pattern=r"\S", description="The first message (not blank).")
+    text: str = Field(min_length=1, json_schema_extra=NOT_BLANK, description="The first message (not blank).")
     workspace: int | None = Field(None, description="A workspace's id; default: the person's own.")
     endpoint: int | None = Field(None, description="A model endpoint's id; default: the first they may use.")
     model: str = Field(
@@ -107,7 +109,7 @@ class Created(Schema):
 
 
 class Said(Schema):
-    text: str = Field(min_length=1, pattern=r"\S", description="The message (not blank).")
+    text: str = Field(min_length=1, json_schema_extra=NOT_BLANK, description="The message (not blank).")
 
 
 class Restore(Schema):

@@ -203,7 +203,15 @@ SETTINGS_HELP = """settings (environment variables; docs/deployment.md lists the
   CACHET_TLS              1 behind a proxy that serves https
   CACHET_PROXY_COUNT      the trusted proxies in front: the client's address is the one they forward (0)
   CACHET_WORKER_CONCURRENCY  replies a worker runs at once (16)
-  CACHET_METRICS_TOKEN    turns on /metrics for Prometheus, answered to this bearer token (off)"""
+  CACHET_METRICS_TOKEN    turns on /metrics for Prometheus, answered to this bearer token (off)
+  CACHET_OIDC_CLIENT_ID   turns on sign-in with an OpenID Connect provider (off), with CACHET_OIDC_ISSUER and
+                          CACHET_OIDC_CLIENT_SECRET, CACHET_OIDC_LABEL, CACHET_OIDC_SCOPES, CACHET_OIDC_SIGN_ALGO,
+                          CACHET_OIDC_GROUPS_CLAIM, CACHET_OIDC_GROUP_MAP, CACHET_OIDC_STAFF_GROUPS
+  CACHET_LDAP_URI         turns on sign-in with LDAP or Active Directory (off), with CACHET_LDAP_USER_BASE (or
+                          CACHET_LDAP_USER_DN_TEMPLATE) and CACHET_LDAP_USER_FILTER, CACHET_LDAP_BIND_DN,
+                          CACHET_LDAP_BIND_PASSWORD, CACHET_LDAP_START_TLS, CACHET_LDAP_GROUP_BASE,
+                          CACHET_LDAP_GROUP_TYPE, CACHET_LDAP_GROUP_FILTER, CACHET_LDAP_GROUP_MAP,
+                          CACHET_LDAP_STAFF_GROUPS"""
 
 
 class Command(BaseCommand):
