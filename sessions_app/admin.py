@@ -21,6 +21,7 @@ from sessions_app.models import (
     DEFAULT_ENDPOINT_NAME,
     ApiToken,
     ChatSession,
+    DirectoryAccount,
     Generation,
     InstructionPreset,
     ModelEndpoint,
@@ -537,6 +538,17 @@ class UsageDayAdmin(ReadOnlyAdmin):
     list_filter = ["day", "endpoint", "owner"]
     date_hierarchy = "day"
     list_select_related = ["owner", "endpoint"]
+
+
+@admin.register(DirectoryAccount)
+class DirectoryAccountAdmin(ReadOnlyAdmin):
+    """Who signs in through the company's directory (OIDC or LDAP): their id there, and the directory's groups at
+    their last sign-in (mapped to Cachet's groups then). To stop someone, untick Active on their user."""
+
+    list_display = ["user", "source", "subject", "directory_groups", "signed_in_at", "created_at"]
+    list_filter = ["source"]
+    search_fields = ["user__username", "subject"]
+    list_select_related = ["user"]
 
 
 @admin.register(ApiToken)

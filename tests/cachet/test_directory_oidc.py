@@ -185,3 +185,13 @@ def test_a_provider_that_is_away_gets_a_page_at_the_button_and_at_the_callback(s
     password = Client()
     User.objects.create_user(username="dave", password="dave-password-1")
     assert password.post("/login/", {"username": "dave", "password": "dave-password-1"}).status_code == 302
+
+
+def test_staff_see_directory_accounts_in_the_admin(oidc: str, django_user_model: Any) -> None:
+    client = Client()
+    client.get(at_provider(client, oidc, "carol-sub", CAROL))
+    django_user_model.objects.create_superuser(username="root", password="root-password-1")
+    staff = Client()
+    staff.force_login(django_user_model.objects.get(username="root"))
+    listed = staff.get("/admin/sessions_app/directoryaccount/").content.decode()
+    assert "carol-sub" in listed and "OpenID Connect" in listed and "engineers" in listed
