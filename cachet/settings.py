@@ -208,7 +208,13 @@ CACHET_LDAP_URI = os.environ.get("CACHET_LDAP_URI", "")
 CACHET_LDAP_GROUP_MAP = os.environ.get("CACHET_LDAP_GROUP_MAP", "")
 CACHET_LDAP_STAFF_GROUPS = os.environ.get("CACHET_LDAP_STAFF_GROUPS", "")
 if CACHET_LDAP_URI:
-    from cachet.directory.ldap_settings import ldap_settings
+    try:
+        from cachet.directory.ldap_settings import ldap_settings
+    except ImportError as missing:
+        raise ImportError(
+            f"CACHET_LDAP_URI is set but django-auth-ldap is not installed ({missing}): install Cachet with its "
+            "LDAP extra, .venv/bin/pip install '.[ldap]' (Debian needs libldap-dev libsasl2-dev to build it)"
+        ) from missing
 
     AUTHENTICATION_BACKENDS.append("cachet.directory.ldap.LdapBackend")
     globals().update(ldap_settings(os.environ))
