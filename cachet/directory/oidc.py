@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import jwt
 import requests
@@ -18,6 +19,7 @@ from django.core.cache import cache
 from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.utils.http import url_has_allowed_host_and_scheme
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
@@ -155,11 +157,12 @@ def _failed(request: HttpRequest, failure: SignInFailure) -> HttpResponse:
 
 
 def _away(error: Exception) -> SignInFailure:
+    logger.warning("OIDC sign-in: %s did not answer: %s", provider_label(), error)
     return SignInFailure(
         503,
         "The sign-in provider did not answer",
-        f"Cachet could not reach {provider_label()} ({error}). Try again in a moment, or log in with a Cachet "
-        "password if you have one; staff can see the provider's settings in the environment.",
+        f"Cachet could not reach {provider_label()}. Try again in a moment, or log in with a Cachet password if you "
+        "have one.",
     )
 
 
@@ -203,8 +206,7 @@ class OidcCallback(OIDCAuthenticationCallbackView):  # type: ignore[misc]
             )
             return _failed(request, failure)
         except (ProviderAway, requests.RequestException) as error:
-            logger.warning("OIDC sign-in: the provider did not answer: %r", error)
-            return _failed(request, _away(error if isinstance(error, ProviderAway) else _short(error)))
+            return _failed(request, _away(error))
         except (SuspiciousOperation, jwt.PyJWTError) as error:
             logger.warning("OIDC sign-in refused: %s", error)
             failure = SignInFailure(
@@ -224,8 +226,8 @@ class OidcCallback(OIDCAuthenticationCallbackView):  # type: ignore[misc]
         else:
             text = f"Signing in with {provider_label()} did not work" + (f" ({error[:100]})." if error else ".")
         messages.error(self.request, text)
-        return HttpResponseRedirect(oidc_setting("LOGIN_REDIRECT_URL_FAILURE"))
-
-
-def _short(error: Exception) -> ProviderAway:
-    return ProviderAway(f"{error.__class__.__name__}")
+        failure = str(oidc_setting("LOGIN_REDIRECT_URL_FAILURE"))
+        going = self.request.session.get("oidc_login_next")
+        if isinstance(going, str) and url_has_allowed_host_and_scheme(going, allowed_hosts={self.request.get_host()}):
+            failure += "?" + urlencode({"next": going})
+        return HttpResponseRedirect(failure)

@@ -104,6 +104,8 @@ def test_a_first_sign_in_makes_the_account_with_its_groups_and_staff(oidc: str) 
         ["admins", "engineers"],
     )
     assert client.get("/usage/").status_code == 200
+    assert 'id="password-link"' not in client.get("/usage/").content.decode(), "no Cachet password to change"
+    assert "You sign in with your company account" in client.get("/password/").content.decode()
 
     carol.groups.add(Group.objects.get(name="Hand-given"))
     again = Client()
@@ -127,11 +129,11 @@ def test_a_hand_made_account_of_the_same_name_is_not_taken_over(oidc: str, djang
 
 def test_a_sign_in_refused_at_the_provider_says_so_on_the_login_page(oidc: str) -> None:
     client = Client()
-    start = client.get("/oidc/login/")
+    start = client.get("/oidc/login/?next=/usage/")
     denied = httpx.post(start["Location"], data={"action": "deny"})
     back = urlsplit(denied.headers["location"])
     answer = client.get(f"{back.path}?{back.query}", follow=True)
-    assert answer.redirect_chain[-1][0] == "/login/"
+    assert answer.redirect_chain[-1][0] == "/login/?next=%2Fusage%2F", "where the person was going is kept"
     assert "Signing in with Example SSO was cancelled or refused there." in answer.content.decode()
     assert signed_in(client) is None
 
