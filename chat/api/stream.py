@@ -1,7 +1,8 @@
 """A session's typed events (``chat.wire``) as Server-Sent Events: each one ``event: NAME`` and ``data: JSON``, the
 JSON the event as every tab's web process hears it (``result_stored`` also names its result as the model saw it,
-``#0012``). A job's stream ends with its ``job_ended``; a session's goes on until the client leaves. A comment
-line every :data:`KEEPALIVE_SECONDS` keeps proxies from closing a quiet stream."""
+``#0012``; ``turn_ended`` says the turn's number, status and error). A job's stream ends with its ``job_ended``;
+a session's goes on until the client leaves. A comment line every :data:`KEEPALIVE_SECONDS` keeps proxies from
+closing a quiet stream."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from chat import wire
 from chat.follow import VANISHED_LOOKS, WATCH_SECONDS, WORKER_STOPPED, Quiet, job_events
 from chat.web.display import result_id
 from chat.web.socket_store import store_call
-from sessions_app.models import Result
+from sessions_app.models import Result, Turn
 
 KEEPALIVE_SECONDS = 15.0
 KEEPALIVE = b": keepalive\n\n"
@@ -34,6 +35,11 @@ def _result_number(result_pk: int) -> int | None:
     return number
 
 
+def _turn_outcome(turn_pk: int) -> dict[str, Any]:
+    found = Turn.objects.filter(pk=turn_pk).values("number", "status", "error").first()
+    return dict(found) if found is not None else {}
+
+
 async def event_bytes(event: Mapping[str, Any]) -> bytes:
     """One event as its Server-Sent Event."""
     data = {key: value for key, value in event.items() if key not in HIDDEN_FIELDS}
@@ -41,6 +47,8 @@ async def event_bytes(event: Mapping[str, Any]) -> bytes:
         number = await store_call(_result_number)(event["result"])
         if number is not None:
             data.update(id=result_id(number), number=number)
+    elif event["event"] == "turn_ended":  # how it ended: done, failed (and why) or interrupted
+        data.update(await store_call(_turn_outcome)(event["turn"]))
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     return f"event: {event['event']}\ndata: {text}\n\n".encode()
 

@@ -191,3 +191,12 @@ async def test_a_session_create_with_a_workspace_not_theirs_is_refused(
     assert refused.status_code == 404
     assert refused.json()["detail"] == f"There is no workspace {closed.pk} open to you."
     assert await sync_to_async(ChatSession.objects.count)() == 0
+
+
+async def test_a_reply_that_fails_says_why_in_its_stream(api: httpx.AsyncClient, chat_session: ChatSession) -> None:
+    """The session's endpoint is the discard port: the turn fails, and the stream's ``turn_ended`` says so."""
+    status, events = await streamed(api, "POST", f"/api/v1/sessions/{chat_session.pk}/messages", {"text": "hi"})
+    assert status == 202
+    ended = named(events, "turn_ended")[0]
+    assert (ended["number"], ended["status"]) == (1, "failed")
+    assert ended["error"].startswith("Cannot reach the model server")
