@@ -288,8 +288,9 @@ async def _run_queue(concurrency: int, outage: Outage) -> None:
 
 def ready_to_work() -> None:
     """What the jobs use, loaded before the first is taken rather than in its first reply: the modules of the
-    tasks (``chat.tasks`` imports them when a job runs, so that web processes never do) and the TLS context of
-    the model clients (reading the CA bundle, about 20 ms of CPU)."""
+    tasks (``chat.tasks`` imports them when a job runs, so that web processes never do), the model clients'
+    transport and their TLS context (reading the CA bundle, about 20 ms of CPU)."""
+    import chat.agent.model.aio
     import chat.worker.checks
     import chat.worker.jobs  # noqa: F401
     from chat.agent.model.transport import ssl_context
