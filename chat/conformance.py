@@ -8,6 +8,7 @@ in a fresh session and workspace folder, inside a transaction that is rolled bac
 
 from __future__ import annotations
 
+import base64
 import collections
 import json
 import os
@@ -151,7 +152,8 @@ def _is_count(value: object) -> bool:
 
 
 def _check_workspace(where: str, files: Any) -> None:
-    """A workspace is an object of relative paths, each a text, ``{"lines": N}`` or ``{"symlink": T}``."""
+    """A workspace is an object of relative paths, each a text, ``{"lines": N}``, ``{"symlink": T}`` or
+    ``{"base64": B}`` (the file's bytes: a document, a binary file)."""
     if not isinstance(files, dict):
         raise FormatError(f"{where}: workspace must be an object")
     for relative, spec in files.items():
@@ -164,7 +166,17 @@ def _check_workspace(where: str, files: Any) -> None:
             continue
         if isinstance(spec, dict) and isinstance(spec.get("symlink"), str):
             continue
-        raise FormatError(f"{where}: workspace entry {relative!r} is not a text, lines or symlink")
+        if isinstance(spec, dict) and isinstance(spec.get("base64"), str) and _is_base64(spec["base64"]):
+            continue
+        raise FormatError(f"{where}: workspace entry {relative!r} is not a text, lines, symlink or base64")
+
+
+def _is_base64(text: str) -> bool:
+    try:
+        base64.b64decode(text, validate=True)
+    except ValueError:
+        return False
+    return True
 
 
 def _make_workspace(root: Path, files: Mapping[str, Any]) -> None:
@@ -180,8 +192,10 @@ def _make_workspace(root: Path, files: Mapping[str, Any]) -> None:
             )
         elif isinstance(spec, dict) and "symlink" in spec:
             os.symlink(str(spec["symlink"]).replace("{root}", str(root)), target)
+        elif isinstance(spec, dict) and "base64" in spec:
+            target.write_bytes(base64.b64decode(spec["base64"]))
         else:
-            raise FormatError(f"workspace entry {relative!r} is not a text, lines or symlink")
+            raise FormatError(f"workspace entry {relative!r} is not a text, lines, symlink or base64")
 
 
 def _substitute(value: Any, root: str) -> Any:

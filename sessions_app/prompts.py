@@ -45,6 +45,11 @@ class LoopSettings:
     run_max_processes: int
     run_file_max_bytes: int
     run_output_max_bytes: int
+    document_max_bytes: int
+    document_max_pages: int
+    document_max_chars: int
+    document_memory_bytes: int
+    document_timeout: float
     answer_room_tokens: int
     bytes_per_token_before_usage: float
     too_large_text: str

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection
 
 from chat.tools import Sandbox, ToolContext, ToolError, listed_names
-from chat.tools.context import never_cancelled
+from chat.tools.context import Documents, never_cancelled
 from chat.tools.paths import Resolved, Root, is_inside, open_workspace
 from chat.tools.quota import commit_within_quota
 from chat.tools.sandbox import Identity, closed_on_the_way, command_identity, give_to_commands, open_to_commands
@@ -54,6 +54,21 @@ def workspace_context(session: ChatSession, *, config: ContextConfig | None = No
         sandbox=sandbox_settings(),
         disk_quota=session.workspace.disk_quota_bytes,
         roots=workspace_roots_for(workspace=session.workspace),
+        documents=document_settings(),
+    )
+
+
+def document_settings() -> Documents:
+    """How documents are read as text here: ``loop.json``'s limits, and their text kept in Cachet's data folder
+    (by the SHA-256 of the file's bytes, so a file is converted once whoever reads it)."""
+    loop = prompts.loop_settings()
+    return Documents(
+        cache=Path(settings.CACHET_DATA) / "documents",
+        max_bytes=loop.document_max_bytes,
+        max_pages=loop.document_max_pages,
+        max_chars=loop.document_max_chars,
+        memory_bytes=loop.document_memory_bytes,
+        timeout=loop.document_timeout,
     )
 
 

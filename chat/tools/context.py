@@ -32,12 +32,27 @@ class Sandbox:
 
 
 @dataclass(frozen=True)
+class Documents:
+    """How documents are converted: where their text is kept (``None``: not kept), and the limits of one
+    conversion (the file's bytes, the pages, slides, sheets or chapters, the text's characters, the converting
+    process's memory and its time)."""
+
+    cache: Path | None = None
+    max_bytes: int = 50_000_000
+    max_pages: int = 2000
+    max_chars: int = 5_000_000
+    memory_bytes: int = 1024**3
+    timeout: float = 60.0
+
+
+@dataclass(frozen=True)
 class ToolContext:
     """The session's side of a tool call. ``root`` is the workspace folder, already resolved; ``tools`` the
     names of the tools the session lists (fixed when it started); ``allow_commands`` whether the workspace
     allows commands now; ``disk_quota`` the bytes the workspace may hold (``None``: no quota); ``roots`` the
     folders the workspace must still lie under when a call opens it (``None``: anywhere, for a folder named from a
-    shell). A tool that can run long (``grep``, ``run``) polls ``cancelled`` and ends when it turns true (Stop)."""
+    shell); ``documents`` how documents are converted to be read. A tool that can run long (``grep``, ``run``, a
+    document's conversion) polls ``cancelled`` and ends when it turns true (Stop)."""
 
     root: Path
     config: ContextConfig
@@ -56,3 +71,4 @@ class ToolContext:
     sandbox: Sandbox = field(default_factory=Sandbox)
     disk_quota: int | None = None
     roots: tuple[str, ...] | None = None
+    documents: Documents = field(default_factory=Documents)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -11,8 +13,9 @@ from sessions_app.hygiene.outcomes import Outcome, ReadOutcome
 
 from .args import checked
 from .context import ToolContext
+from .documents import document_kind, document_text, file_sha256
 from .errors import ToolError, shown
-from .files import is_binary
+from .files import SNIFF_BYTES, is_binary
 from .paths import open_file
 
 CHUNK_BYTES = 1 << 20
@@ -35,18 +38,24 @@ WHOLE_LINE = 2**60
 
 
 def read(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
-    """Lines ``offset`` to ``offset + limit - 1`` of a text file, as ``N: text``."""
+    """Lines ``offset`` to ``offset + limit - 1`` of a text file, as ``N: text``; of a document (a PDF, …), of
+    its text."""
     config = ctx.config
     call = checked(args, "read", ctx)
     given, offset, limit = call.text("path"), call.number("offset"), call.number("limit")
     line_chars = WHOLE_LINE
+    converted = ""
     with open_file(ctx, given) as (path, handle):
-        scan = scan_window(handle, offset, offset + limit - 1, line_chars * 4)
+        kind = document_kind(path, os.pread(handle.fileno(), SNIFF_BYTES, 0))
+        if kind is None:
+            scan = scan_window(handle, offset, offset + limit - 1, line_chars * 4)
+        else:
+            scan, converted = _document_window(handle, kind, offset, offset + limit - 1, path, ctx), kind
     if scan.binary:
         raise ToolError(config.error("binary", path=shown(path)))
     total = scan.total_lines
     if total == 0:
-        return ReadOutcome(given, path, offset, limit, 0, 0, 0, scan.sha256, "")
+        return ReadOutcome(given, path, offset, limit, 0, 0, 0, scan.sha256, "", converted)
     if offset > total:
         raise ToolError(config.error("offset_past_end", offset=offset, path=shown(path), total=total))
     last = min(offset + limit - 1, total)
@@ -55,7 +64,21 @@ def read(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
         f"{number}: {display_line(raw, truncated, line_chars, cut, ended=number < total or not scan.unterminated)}"
         for number, (raw, truncated) in enumerate(scan.lines, start=offset)
     )
-    return ReadOutcome(given, path, offset, limit, offset, last, total, scan.sha256, body)
+    return ReadOutcome(given, path, offset, limit, offset, last, total, scan.sha256, body, converted)
+
+
+def _document_window(handle: BinaryIO, kind: str, first: int, last: int, path: str, ctx: ToolContext) -> Scan:
+    """The window of a document's text, with the SHA-256 of the file's bytes (read whole, up to the limit)."""
+    limit = ctx.documents.max_bytes
+    data = handle.read(limit + 1)
+    if len(data) > limit:
+        size = os.fstat(handle.fileno()).st_size
+        raise ToolError(ctx.config.error("document_too_large", path=shown(path), kind=kind, size=size, limit=limit))
+    sha256 = file_sha256(data)
+    text = document_text(data, kind=kind, sha256=sha256, path=path, ctx=ctx)
+    scan = scan_window(io.BytesIO(text.encode("utf-8")), first, last, WHOLE_LINE * 4)
+    scan.sha256 = sha256
+    return scan
 
 
 def display_line(raw: bytes, truncated: bool, max_chars: int, cut: str, *, ended: bool) -> str:

@@ -67,10 +67,16 @@ def rg_executable(ctx: ToolContext) -> str:
 
 
 def rg_search(
-    query: RgQuery, ctx: ToolContext, *, folder_fd: int | None = None, file_fd: int | None = None
+    query: RgQuery,
+    ctx: ToolContext,
+    *,
+    folder_fd: int | None = None,
+    file_fd: int | None = None,
+    skipped: tuple[str, ...] = (),
 ) -> dict[str, FileMatches]:
     """Run rg over the folder open as ``folder_fd`` (the answer's paths are relative to it, ``./``
-    first) or over the regular file open as ``file_fd`` (answered as ``<stdin>``).
+    first) or over the regular file open as ``file_fd`` (answered as ``<stdin>``), leaving out the files whose
+    names match a glob of ``skipped`` (case-insensitive).
 
     Files that ``.gitignore`` ignores, hidden files and binary files are skipped as rg skips them by
     default, and symlinks are not followed. Raises the ``ToolError`` to answer when the pattern or the
@@ -86,6 +92,7 @@ def rg_search(
         argv.append("--ignore-case")
     if query.glob is not None:
         argv.append(f"--glob={query.glob}")
+    argv += [f"--iglob=!{glob}" for glob in skipped]  # after the query's: a later glob wins
     argv += [f"--regexp={query.pattern}", "--", "." if folder_fd is not None else "-"]
     try:
         process = subprocess.Popen(
@@ -113,6 +120,38 @@ def rg_search(
     if (code == 2 and stderr.strip()) or code not in (0, 1, 2):
         raise ToolError(_refusal(query, stderr, code, ctx))
     return reader.files
+
+
+def rg_files(ctx: ToolContext, *, folder_fd: int, globs: tuple[str, ...], iglobs: tuple[str, ...] = ()) -> list[str]:
+    """The files rg would search below the folder open as ``folder_fd`` (relative to it, ``./`` first) that match
+    ``globs`` and ``iglobs`` (case-insensitive): ignored, hidden files skipped, symlinks not followed."""
+    argv = [
+        rg_executable(ctx),
+        "--no-config",
+        "--files",
+        "--null",
+        "--no-messages",
+        "--no-ignore-global",
+        *(f"--glob={glob}" for glob in globs),
+        *(f"--iglob={glob}" for glob in iglobs),
+        "--",
+        ".",
+    ]
+    try:
+        done = subprocess.run(
+            argv,
+            cwd=f"/proc/self/fd/{folder_fd}",
+            pass_fds=(folder_fd,),
+            env={},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=ctx.grep_timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise ToolError(ctx.config.error("grep_timed_out", seconds=f"{ctx.grep_timeout:g}")) from None
+    except OSError as error:
+        raise ToolError(ctx.config.error("grep_failed", detail=error.strerror or error)) from None
+    return sorted(os.fsdecode(name) for name in done.stdout.split(b"\0") if name)
 
 
 class _TooMuch(Exception):

@@ -11,12 +11,13 @@ from sessions_app.hygiene.outcomes import ListingOutcome, Outcome
 
 from .args import checked
 from .context import ToolContext
+from .documents import KINDS, document_kind, document_text, file_sha256
 from .errors import ToolError, shown
 from .files import SNIFF_BYTES, is_binary
 from .globbing import expand_braces, name_regex, segments
-from .paths import LISTING_FLAGS, Resolved, Root, is_inside
+from .paths import LISTING_FLAGS, Resolved, Root, is_inside, open_file
 from .read import WHOLE_LINE, display_line
-from .ripgrep import STDIN_PATH, FileMatches, RgQuery, rg_search
+from .ripgrep import STDIN_PATH, FileMatches, RgQuery, rg_files, rg_search
 from .walk import Entry, is_workspace_file, walk_folders
 
 
@@ -77,15 +78,21 @@ def glob_files(root: Root, folder: Resolved, parts: list[str]) -> set[str]:
 
 def grep(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
     """Lines matching a Rust regex (ripgrep) in the files at or below ``path``, as ``PATH:LINE: text``,
-    sorted by path then line. Files ``.gitignore`` ignores, hidden and binary files are skipped."""
+    sorted by path then line. Files ``.gitignore`` ignores, hidden and binary files are skipped; documents (a
+    PDF, …) are searched in their text, as ``read`` shows it."""
     config = ctx.config
     call = checked(args, "grep", ctx)
     query = RgQuery(call.text("pattern"), call.flag("ignore_case"), call.optional_text("glob"))
     given = call.text("path")
     with open_searched(given, ctx) as target:
+        head = os.pread(target.fd, SNIFF_BYTES, 0) if not target.is_folder else b""
+        kind = None if target.is_folder else document_kind(str(target.path), head)
         if target.is_folder:
-            found = rg_search(query, ctx, folder_fd=target.fd)
-        elif is_binary(os.pread(target.fd, SNIFF_BYTES, 0)):
+            found = rg_search(query, ctx, folder_fd=target.fd, skipped=DOCUMENT_GLOBS)
+            found.update(_documents_found(query, target, ctx))
+        elif kind is not None:
+            found = _document_found(query, target.fd, kind, target.path, ctx)
+        elif is_binary(head):
             raise ToolError(config.error("binary", path=shown(target.path)))
         else:
             found = rg_search(query, ctx, file_fd=target.fd)
@@ -101,6 +108,53 @@ def grep(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
             for number, raw in sorted(by_path[path].lines)
         )
     return ListingOutcome("\n".join(lines) if lines else config.text("no_matches"))
+
+
+DOCUMENT_GLOBS = tuple(f"*{suffix}" for suffix in KINDS)
+
+
+def _documents_found(query: RgQuery, target: Searched, ctx: ToolContext) -> dict[str, FileMatches]:
+    """The matches in the text of the documents below the folder ``target`` that rg would search (those ``glob``
+    lets through); a document that cannot be read as text is skipped, as a binary file is."""
+    globs = (query.glob,) if query.glob is not None else ()
+    names = rg_files(ctx, folder_fd=target.fd, globs=globs, iglobs=() if globs else DOCUMENT_GLOBS)
+    found: dict[str, FileMatches] = {}
+    for name in names:
+        if ctx.cancelled():
+            raise ToolError(ctx.config.error("grep_stopped"))
+        path = os.path.join(target.path, name.removeprefix("./"))
+        if os.path.splitext(name)[1].lower() not in KINDS:
+            continue
+        try:
+            with open_file(ctx, path) as (resolved, handle):
+                kind = document_kind(resolved, os.pread(handle.fileno(), SNIFF_BYTES, 0))
+                if kind is None:  # named like a document, searched as the file it is
+                    matches = rg_search(query, ctx, file_fd=handle.fileno())
+                else:
+                    matches = _document_found(query, handle.fileno(), kind, Path(resolved), ctx)
+        except ToolError:
+            if ctx.cancelled():
+                raise
+            continue
+        if STDIN_PATH in matches and not matches[STDIN_PATH].binary:
+            found[name] = matches[STDIN_PATH]
+    return found
+
+
+def _document_found(query: RgQuery, fd: int, kind: str, path: Path, ctx: ToolContext) -> dict[str, FileMatches]:
+    """rg's matches in the text of the document open as ``fd``, answered as ``<stdin>``."""
+    limit = ctx.documents.max_bytes
+    with os.fdopen(os.dup(fd), "rb") as handle:
+        handle.seek(0)
+        data = handle.read(limit + 1)
+    text = document_text(data, kind=kind, sha256=file_sha256(data), path=path, ctx=ctx)
+    memory = os.memfd_create("document-text", os.MFD_CLOEXEC)
+    try:
+        os.write(memory, text.encode("utf-8"))  # a memfd takes the whole write
+        os.lseek(memory, 0, os.SEEK_SET)
+        return rg_search(query, ctx, file_fd=memory)
+    finally:
+        os.close(memory)
 
 
 @dataclass(frozen=True)

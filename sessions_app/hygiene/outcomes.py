@@ -8,7 +8,9 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class ReadOutcome:
-    """A window of a text file. ``body`` is its ``N: text`` lines joined by ``\\n``."""
+    """A window of a text file. ``body`` is its ``N: text`` lines joined by ``\\n``. ``converted`` names the kind
+    of document (``PDF``) whose text the lines are, or is empty for a text file; ``sha256`` is of the file's
+    bytes either way."""
 
     path: str
     abs_path: str
@@ -19,6 +21,7 @@ class ReadOutcome:
     total_lines: int
     sha256: str
     body: str
+    converted: str = ""
 
 
 @dataclass(frozen=True)

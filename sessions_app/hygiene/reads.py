@@ -37,17 +37,20 @@ def render_read(*, number: int, outcome: ReadOutcome, table: Sequence[PriorResul
     full_id = format_id(number, config.id_digits)
     sha = outcome.sha256[: config.sha_digits]
     path = bracket_path(outcome.path)
+    converted = {"kind": outcome.converted} if outcome.converted else {}
+    suffix = "_converted" if outcome.converted else ""
     if outcome.total_lines == 0:
-        inserted = config.text("read_empty", id=full_id, path=path, sha=sha)
+        inserted = config.text("read_empty" + suffix, id=full_id, path=path, sha=sha, **converted)
         return _read_result(number, outcome, inserted, Kind.READ)
     bracket = config.text(
-        "read_bracket",
+        "read_bracket" + suffix,
         id=full_id,
         path=path,
         first=outcome.first_line,
         last=outcome.last_line,
         total=outcome.total_lines,
         sha=sha,
+        **converted,
     )
     earlier = containing_read(table, outcome)
     if earlier is None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import replace
 
 from sessions_app.hygiene import (
     ContextConfig,
@@ -69,6 +70,24 @@ def test_read_bracket_and_body(config: ContextConfig) -> None:
     assert rendered.full_text == "1: import a\n2: export b"
     assert rendered.kind == "read" and rendered.kind is Kind.READ
     assert rendered.sha256 == sha and rendered.abs_path == "/ws/big.txt"
+
+
+def test_a_documents_text_says_so_in_its_bracket_and_its_stub(config: ContextConfig) -> None:
+    reply = Reply(config)
+    text = "## Page 1\n\nMinutes\n"
+    outcome = replace(read_of(text, 1, 2000, path="m.pdf", abs_path="/ws/m.pdf"), sha256="ab" * 32, converted="PDF")
+    full = reply.call("read", {"path": "m.pdf"}, outcome)
+    assert full.inserted_text == "[#0001 m.pdf lines 1-3 of 3 sha abababab text of PDF]\n1: ## Page 1\n2: \n3: Minutes"
+    again = replace(read_of(text, 3, 1, path="m.pdf", abs_path="/ws/m.pdf"), sha256="ab" * 32, converted="PDF")
+    assert reply.call("read", {"path": "m.pdf", "offset": 3}, again).inserted_text.split("\n") == [
+        "[#0002 m.pdf lines 3-3 of 3 sha abababab text of PDF]",
+        "Unchanged since #0001, which already shows lines 1-3.",
+    ]
+    empty = replace(read_of("", 1, 2000, path="scan.pdf", abs_path="/ws/scan.pdf"), converted="PDF")
+    assert (
+        reply.call("read", {"path": "scan.pdf"}, empty).inserted_text
+        == "[#0003 scan.pdf empty sha e3b0c442 text of PDF]"
+    )
 
 
 def test_a_path_with_line_breaks_keeps_the_bracket_one_line(config: ContextConfig) -> None:
