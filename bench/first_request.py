@@ -152,6 +152,13 @@ def _prompts_at(revision: str, folder: Path) -> Path:
     ).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")
+    # The loop's numbers that today's code needs and the revision's loop.json lacks (documents' limits, …) come
+    # from today's: they are no text of the request, which is what is compared.
+    loop_json = folder / "prompts" / "loop.json"
+    before = json.loads(loop_json.read_text(encoding="utf-8"))
+    today = json.loads((ROOT / "prompts" / "loop.json").read_text(encoding="utf-8"))
+    before["loop"] = {**today["loop"], **before["loop"]}
+    loop_json.write_text(json.dumps(before, ensure_ascii=False, indent=2), encoding="utf-8")
     return folder / "prompts"
 
 
