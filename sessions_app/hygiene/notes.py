@@ -41,6 +41,14 @@ class UploadedFile:
     size: int
 
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".heic", ".avif")
+
+
+def is_image(path: str) -> bool:
+    """Whether an attached file is an image, by its name: a note says the model is not shown it."""
+    return path.lower().endswith(IMAGE_SUFFIXES)
+
+
 def size_text(size: int) -> str:
     """A file's size as a note says it: ``512 bytes``, ``34 KB``, ``1.2 MB``, ``15 MB`` (1 KB is 1024 bytes)."""
     if size < 1024:
@@ -126,7 +134,10 @@ def compose_message(
             items.append(note["session_instructions"].format(text=own))
     if uploads:
         files = note["uploaded_separator"].join(
-            note["uploaded_file"].format(path=upload.path, size=size_text(upload.size)) for upload in uploads
+            note["uploaded_image" if is_image(upload.path) else "uploaded_file"].format(
+                path=upload.path, size=size_text(upload.size)
+            )
+            for upload in uploads
         )
         items.append(note["uploaded"].format(files=files))
     text = words

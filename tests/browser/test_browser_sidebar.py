@@ -231,7 +231,8 @@ def test_attach_by_button_paste_and_drop_then_the_message_says_what_arrived(brow
     page.reload()
     expect(page.locator("#turn-1 .attached-with")).to_have_text(shown)
     said = json.loads(world.model.requests[-1])["messages"][-1]["content"]
-    assert re.search(r"\n\nUploaded: pasted-\d{8}-\d{6}\.png, 8 bytes; image\.png, 8 bytes\.\n</note>$", said)
+    image = r", 8 bytes, an image \(the model is not shown images; read cannot open one\)"
+    assert re.search(rf"\n\nUploaded: pasted-\d{{8}}-\d{{6}}\.png{image}; image\.png{image}\.\n</note>$", said)
 
 
 def test_the_chart_shows_a_card_on_hover_focus_and_click_and_opens_and_closes_from_its_headline(

@@ -186,6 +186,26 @@ def test_uploads_are_said_last_every_time(config: ContextConfig) -> None:
     assert stated_after(KNOWN, said) == StatedContext("ws", "qwen", "edit", "2026-11-29", None, "Be brief.")
 
 
+def test_an_attached_image_is_said_to_be_one_the_model_is_not_shown(config: ContextConfig) -> None:
+    files = [UploadedFile("shot.PNG", 2048), UploadedFile("notes.md", 10)]
+    said = compose_message(
+        "See",
+        today="2026-11-29",
+        workspace="ws",
+        model="qwen",
+        mode="edit",
+        mode_text=PLAN,
+        instructions=None,
+        stated=KNOWN,
+        config=config,
+        uploads=files,
+    )
+    assert said.text == (
+        "See\n\n<note>\nUploaded: shot.PNG, 2 KB, an image (the model is not shown images; read cannot open one); "
+        "notes.md, 10 bytes.\n</note>"
+    )
+
+
 def test_a_restated_message_states_exactly_the_items_given_and_never_instructions(config: ContextConfig) -> None:
     first = compose(config, NOTHING_STATED, instructions="secret", session_instructions="also secret")
     again = restated_message(
