@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from .context import Documents, ToolContext
 from .errors import ToolError, shown
@@ -39,16 +40,23 @@ def document_kind(name: str, head: bytes) -> str | None:
     return None
 
 
+def document_bytes(handle: BinaryIO, *, kind: str, path: str | Path, ctx: ToolContext) -> bytes:
+    """The bytes of the document open as ``handle``, from its start; refused when there are more than a document
+    may have."""
+    limit = ctx.documents.max_bytes
+    handle.seek(0)
+    data = handle.read(limit + 1)
+    if len(data) > limit:
+        size = os.fstat(handle.fileno()).st_size
+        raise ToolError(ctx.config.error("document_too_large", path=shown(path), kind=kind, size=size, limit=limit))
+    return data
+
+
 def document_text(data: bytes, *, kind: str, sha256: str, path: str | Path, ctx: ToolContext) -> str:
     """The text of the document ``data`` (of ``kind``, whose SHA-256 is ``sha256``): kept from an earlier
-    conversion, else converted now and kept. Refused with a one-line error when the file is too large, encrypted,
-    corrupt, too long, or its conversion runs out of time or memory, or is stopped."""
+    conversion, else converted now and kept. Refused with a one-line error when the file is encrypted, corrupt or
+    too long, or its conversion runs out of time or memory, or is stopped."""
     documents = ctx.documents
-    config = ctx.config
-    if len(data) > documents.max_bytes:
-        raise ToolError(
-            config.error("document_too_large", path=shown(path), kind=kind, size=len(data), limit=documents.max_bytes)
-        )
     kept = _kept_path(documents, sha256, kind)
     if kept is not None:
         try:

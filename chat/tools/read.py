@@ -13,7 +13,7 @@ from sessions_app.hygiene.outcomes import Outcome, ReadOutcome
 
 from .args import checked
 from .context import ToolContext
-from .documents import document_kind, document_text, file_sha256
+from .documents import document_bytes, document_kind, document_text, file_sha256
 from .errors import ToolError, shown
 from .files import SNIFF_BYTES, is_binary
 from .paths import open_file
@@ -69,11 +69,7 @@ def read(args: Mapping[str, object], ctx: ToolContext) -> Outcome:
 
 def _document_window(handle: BinaryIO, kind: str, first: int, last: int, path: str, ctx: ToolContext) -> Scan:
     """The window of a document's text, with the SHA-256 of the file's bytes (read whole, up to the limit)."""
-    limit = ctx.documents.max_bytes
-    data = handle.read(limit + 1)
-    if len(data) > limit:
-        size = os.fstat(handle.fileno()).st_size
-        raise ToolError(ctx.config.error("document_too_large", path=shown(path), kind=kind, size=size, limit=limit))
+    data = document_bytes(handle, kind=kind, path=path, ctx=ctx)
     sha256 = file_sha256(data)
     text = document_text(data, kind=kind, sha256=sha256, path=path, ctx=ctx)
     scan = scan_window(io.BytesIO(text.encode("utf-8")), first, last, WHOLE_LINE * 4)

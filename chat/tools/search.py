@@ -11,7 +11,7 @@ from sessions_app.hygiene.outcomes import ListingOutcome, Outcome
 
 from .args import checked
 from .context import ToolContext
-from .documents import KINDS, document_kind, document_text, file_sha256
+from .documents import KINDS, document_bytes, document_kind, document_text, file_sha256
 from .errors import ToolError, shown
 from .files import SNIFF_BYTES, is_binary
 from .globbing import expand_braces, name_regex, segments
@@ -143,10 +143,8 @@ def _documents_found(query: RgQuery, target: Searched, ctx: ToolContext) -> dict
 
 def _document_found(query: RgQuery, fd: int, kind: str, path: Path, ctx: ToolContext) -> dict[str, FileMatches]:
     """rg's matches in the text of the document open as ``fd``, answered as ``<stdin>``."""
-    limit = ctx.documents.max_bytes
     with os.fdopen(os.dup(fd), "rb") as handle:
-        handle.seek(0)
-        data = handle.read(limit + 1)
+        data = document_bytes(handle, kind=kind, path=path, ctx=ctx)
     text = document_text(data, kind=kind, sha256=file_sha256(data), path=path, ctx=ctx)
     memory = os.memfd_create("document-text", os.MFD_CLOEXEC)
     try:
