@@ -151,7 +151,12 @@ def new_chat_on_phone(page: Any, world: World) -> int:
     page.wait_for_url(re.compile(r"/sessions/\d+/$"))
     expect(page.locator("#turn-1")).to_have_attribute("data-status", "done")
     said = json.loads(world.model.requests[-1])["messages"][-1]["content"]
-    assert said.endswith("Uploaded: photo.jpg, 2 KB.\n</note>") and (world.folder / "photo.jpg").stat().st_size == 2048
+    assert (
+        said.endswith(
+            "Uploaded: photo.jpg, 2 KB, an image (the model is not shown images; read cannot open one).\n</note>"
+        )
+        and (world.folder / "photo.jpg").stat().st_size == 2048
+    )
     return int(page.url.rstrip("/").rsplit("/", 1)[1])
 
 
