@@ -2,7 +2,7 @@
 MAX_CHARS MEMORY_BYTES CPU_SECONDS`` reads the file's bytes from standard input and writes one JSON object to
 standard output: ``{"text": …}``, or ``{"error": "encrypted" | "corrupt" | "pages" | "chars", "detail": …}``.
 
-The process limits itself before it reads anything (address space, CPU time, no file written), so a file made
+The process limits itself before it reads anything (address space, CPU time, the size of what it writes), so a file made
 to exhaust a parser ends this process, never the worker that asked. It imports no Django and reads no setting.
 """
 
@@ -294,15 +294,16 @@ def _detail(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def _limited(memory_bytes: int, cpu_seconds: int) -> None:
+def _limited(memory_bytes: int, cpu_seconds: int, max_chars: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    written = max_chars * 6 + (1 << 20)  # the answer's JSON at most (a character escaped as \\uXXXX), in any file
+    resource.setrlimit(resource.RLIMIT_FSIZE, (written, written))
 
 
 def main(argv: list[str]) -> int:
     kind, max_pages, max_chars, memory_bytes, cpu_seconds = argv
-    _limited(int(memory_bytes), int(cpu_seconds))
+    _limited(int(memory_bytes), int(cpu_seconds), int(max_chars))
     data = sys.stdin.buffer.read()
     answer = convert(kind, data, Bounds(int(max_pages), int(max_chars)))
     sys.stdout.write(json.dumps(answer))

@@ -90,7 +90,6 @@ def _keep(kept: Path, text: str) -> None:
 
 def _converted(data: bytes, *, kind: str, path: str | Path, ctx: ToolContext) -> dict[str, object]:
     documents = ctx.documents
-    config = ctx.config
     seconds = max(1, int(documents.timeout))
     argv = [
         sys.executable,
@@ -102,34 +101,21 @@ def _converted(data: bytes, *, kind: str, path: str | Path, ctx: ToolContext) ->
         str(documents.memory_bytes),
         str(seconds),
     ]
-    process = subprocess.Popen(
-        argv,
-        cwd="/",
-        env={"PATH": os.defpath},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + documents.timeout
-    sent: bytes | None = data
+    # The bytes go in, and the answer comes out, through memory files rather than pipes: nothing has to be pumped
+    # while the converter works (a pipe holds 64 KiB), so waiting is a plain wait, checked for Stop and the time.
+    given, out_fd, err_fd = _memory_file("document", data), _memory_file("text"), _memory_file("errors")
     try:
-        while True:
-            if ctx.cancelled():
-                raise ToolError(config.error("document_stopped", path=shown(path), kind=kind))
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ToolError(
-                    config.error("document_timed_out", path=shown(path), kind=kind, seconds=f"{documents.timeout:g}")
-                )
-            try:
-                out, err = process.communicate(input=sent, timeout=min(_POLL_SECONDS, remaining))
-                break
-            except subprocess.TimeoutExpired:
-                sent = None
+        process = subprocess.Popen(argv, cwd="/", env={"PATH": os.defpath}, stdin=given, stdout=out_fd, stderr=err_fd)
+        try:
+            _wait(process, path=path, kind=kind, ctx=ctx)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        out, err = _contents(out_fd), _contents(err_fd)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        for fd in (given, out_fd, err_fd):
+            os.close(fd)
     try:
         answer = json.loads(out)
     except ValueError:
@@ -139,6 +125,39 @@ def _converted(data: bytes, *, kind: str, path: str | Path, ctx: ToolContext) ->
     if process.returncode in (-9, -24) or b"MemoryError" in err:  # the CPU limit's SIGKILL / SIGXCPU, or memory
         return {"error": "memory" if b"MemoryError" in err else "timeout", "detail": ""}
     return {"error": "corrupt", "detail": (err.decode("utf-8", "replace").strip().splitlines() or [""])[-1][:200]}
+
+
+def _wait(process: subprocess.Popen[bytes], *, path: str | Path, kind: str, ctx: ToolContext) -> None:
+    timeout = ctx.documents.timeout
+    deadline = time.monotonic() + timeout
+    while True:
+        if ctx.cancelled():
+            raise ToolError(ctx.config.error("document_stopped", path=shown(path), kind=kind))
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ToolError(ctx.config.error("document_timed_out", path=shown(path), kind=kind, seconds=f"{timeout:g}"))
+        try:
+            process.wait(timeout=min(_POLL_SECONDS, remaining))
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _memory_file(name: str, data: bytes = b"") -> int:
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _contents(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _refusal(answer: dict[str, object], *, kind: str, path: str | Path, ctx: ToolContext) -> str:

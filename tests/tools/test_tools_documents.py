@@ -63,6 +63,18 @@ def test_a_window_of_a_documents_text(ws: Path, ctx: ToolContext) -> None:
     assert outcome.body == "5: row 3\n6: row 4\n7: row 5"
 
 
+def test_a_long_document_more_than_a_pipe_holds_each_way_converts(ws: Path, ctx: ToolContext) -> None:
+    lines = range(40)
+    pages = ["\n".join(f"page {page} line {line} about topic {page * line}" for line in lines) for page in range(150)]
+    data = kit.pdf(pages)
+    assert len(data) > 128 * 1024
+    (ws / "long.pdf").write_bytes(data)
+    outcome = read({"path": "long.pdf", "offset": 6000}, ctx)  # the text is over 200 KB
+    assert isinstance(outcome, ReadOutcome)
+    assert (outcome.first_line, outcome.last_line, outcome.total_lines) == (6000, 6449, 150 * 43 - 1)
+    assert outcome.body.endswith("6449: page 149 line 39 about topic 5811")
+
+
 def test_a_file_named_like_a_document_that_is_not_one_reads_as_text(ws: Path, ctx: ToolContext) -> None:
     (ws / "notes.pdf").write_text("just text\n")
     outcome = read({"path": "notes.pdf"}, ctx)
