@@ -28,7 +28,8 @@ class LlamaServer:
     ``cache_ram_mib`` sizes the host-memory prompt cache (llama-server's ``--cache-ram``; 0 switches it off,
     ``None`` keeps the server's default, 8192 MiB) and ``slot_prompt_similarity`` is ``--slot-prompt-similarity``
     (``None``: the default, 0.1). ``chat_template`` (jinja) replaces the model's own, as ``--chat-template-file``.
-    ``slot_save_path`` is ``--slot-save-path`` (slots saved to and restored from files there).
+    ``slot_save_path`` is ``--slot-save-path`` (slots saved to and restored from files there). ``projector`` is
+    ``--mmproj``: a multimodal projector (see `testing.tiny_gguf.write_projector`) that lets it read images.
     """
 
     def __init__(
@@ -47,6 +48,7 @@ class LlamaServer:
         chat_template: str | None = None,
         parallel: int = 1,
         slot_save_path: Path | None = None,
+        projector: Path | None = None,
     ) -> None:
         self.model_path = Path(model_path)
         self.ctx_size = ctx_size
@@ -61,6 +63,7 @@ class LlamaServer:
         self.chat_template = chat_template
         self.parallel = parallel
         self.slot_save_path = slot_save_path
+        self.projector = Path(projector) if projector is not None else None
         self._server: Any = None
         self._address = ""
 
@@ -92,6 +95,8 @@ class LlamaServer:
             params.slot_prompt_similarity = self.slot_prompt_similarity
         if self.chat_template is not None:
             params.chat_template = self.chat_template
+        if self.projector is not None:
+            params.mmproj.path = str(self.projector)
         return params
 
     @property
@@ -111,6 +116,8 @@ class LlamaServer:
             return self
         if not self.model_path.is_file():
             raise LlamaServerError(f"no model file at {self.model_path}")
+        if self.projector is not None and not self.projector.is_file():
+            raise LlamaServerError(f"no projector file at {self.projector}")
         import xllamacpp
 
         self._server = xllamacpp.Server(self.params())

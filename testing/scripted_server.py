@@ -22,6 +22,10 @@ makes `/apply-template` and `/tokenize` take that many seconds, as they do on a 
 `server_api_held` (a `threading.Event`) holds their answers until it is set: a test sets it once it has seen
 what must happen while they run (`wait_requests(N)`: the Nth chat request has come).
 
+Images: `vision=True` (`--vision`) says in `/props` `modalities` that the model reads images, as llama.cpp started
+with a vision projector does; without it, a request with an image part is refused as llama.cpp refuses it (HTTP
+500, `image input is not supported`).
+
 `like` states the window as another server does, in its own place, instead of `/props` (and then offers no
 `/apply-template` or `/tokenize`): `vllm` and `sglang` (`max_model_len` in `/v1/models`), `ollama` (a running
 model's `context_length` in `/api/ps`; `ollama-idle`: none running, `num_ctx` in `/api/show`'s `parameters`),
@@ -172,6 +176,20 @@ def token_id(token: str) -> int:
     return zlib.crc32(token.encode("utf-8", "surrogatepass")) & 0xFFFFFF
 
 
+NO_VISION = "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+"""What llama.cpp answers (HTTP 500) to an image sent to a server started without a vision projector."""
+
+
+def _has_image(request: dict[str, Any]) -> bool:
+    messages = request.get("messages")
+    return isinstance(messages, list) and any(
+        isinstance(part, dict) and part.get("type") == "image_url"
+        for message in messages
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for part in message["content"]
+    )
+
+
 def exceeds_context(n_prompt_tokens: int, n_ctx: int) -> dict[str, Any]:
     """llama.cpp's answer to a prompt that does not fit its context (HTTP 400), as its server writes it."""
     message = (
@@ -285,7 +303,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"status": "ok"})
         elif path == "/props" and self._owner.server_api:
             settings = {"n_ctx": self._owner.n_ctx or 0, "params": {"n_predict": -1}}
-            self._send_json(200, {"default_generation_settings": settings, "total_slots": 1, "chat_template": ""})
+            modalities = {"vision": self._owner.vision, "video": self._owner.vision, "audio": False}
+            props = {"default_generation_settings": settings, "total_slots": 1, "chat_template": ""}
+            self._send_json(200, {**props, "modalities": modalities})
         else:
             self._error(404, f"File Not Found: {path}", "not_found_error")
 
@@ -315,6 +335,9 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ValueError("not an object")
         except ValueError:
             self._error(400, "Failed to parse the request body as JSON", "invalid_request_error")
+            return
+        if not owner.vision and _has_image(request):
+            self._error(500, NO_VISION, "server_error")
             return
         prompt = tokenize(render_prompt(request))
         if owner.n_ctx is not None and len(prompt) >= owner.n_ctx:
@@ -555,11 +578,13 @@ class ScriptedServer:
         server_api_delay: float = 0.0,
         server_api_held: threading.Event | None = None,
         like: str = "llama.cpp",
+        vision: bool = False,
     ) -> None:
         if like not in LIKE:
             raise ValueError(f"unknown server {like!r}; known: {', '.join(LIKE)}")
         self.model = model
         self.n_ctx = n_ctx
+        self.vision = vision  # reads images, as llama.cpp with a vision projector: else refuses them as it does
         self.like = like
         self.server_api_delay = server_api_delay
         self.server_api_held = server_api_held
@@ -706,9 +731,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--n-ctx", type=int, help="a context of this many tokens, with /props, /tokenize, /apply-template"
     )
+    parser.add_argument("--vision", action="store_true", help="read images, as llama.cpp with a vision projector")
     args = parser.parse_args(argv)
     script = load_script(args.script) if args.script else []
-    with ScriptedServer(script, model=args.model, host=args.host, port=args.port, n_ctx=args.n_ctx) as server:
+    with ScriptedServer(
+        script, model=args.model, host=args.host, port=args.port, n_ctx=args.n_ctx, vision=args.vision
+    ) as server:
         print(f"serving {len(script)} step(s) at {server.base_url} (Ctrl-C stops)", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()

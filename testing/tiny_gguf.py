@@ -172,3 +172,87 @@ def write_model(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+@dataclass(frozen=True)
+class ProjectorShape:
+    """The size of the generated vision projector. ``text_dim`` is the ``dim`` of the text model it feeds; every
+    image is resized to ``image`` pixels square and costs ``image_tokens`` prompt tokens, whatever its size."""
+
+    text_dim: int = 256
+    image: int = 64
+    patch: int = 16
+    layers: int = 2
+    dim: int = 64
+    heads: int = 2
+    ff: int = 128
+    seed: int = 0
+
+    @property
+    def image_tokens(self) -> int:
+        """Prompt tokens one image costs: one per patch."""
+        return (self.image // self.patch) ** 2
+
+
+def write_projector(path: Path, shape: ProjectorShape = ProjectorShape()) -> Path:
+    """Write a random-weight LLaVA-style vision projector ("mmproj", projector type ``mlp``) to `path` and return
+    it; the same arguments give the same bytes.
+
+    llama-server started with it and a model whose ``dim`` is ``shape.text_dim`` reports vision and takes images
+    (PNG, JPEG, GIF, BMP) in chat messages. As in LLaVA, the image features are read before the last layer.
+    """
+    if shape.image % shape.patch:
+        raise ValueError(f"image {shape.image} is not a multiple of patch {shape.patch}")
+    if shape.dim % shape.heads:
+        raise ValueError(f"dim {shape.dim} is not a multiple of heads {shape.heads}")
+    rng = np.random.default_rng(shape.seed)
+
+    def matrix(rows: int, cols: int) -> npt.NDArray[np.float16]:
+        return (rng.standard_normal((rows, cols)) / math.sqrt(cols)).astype(np.float16)
+
+    def vector(size: int, mean: float = 0.0) -> npt.NDArray[np.float32]:
+        return (mean + 0.01 * rng.standard_normal(size)).astype(np.float32)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(path), arch="clip")
+    writer.add_name(f"cachet-tiny-mmproj-{shape.layers}x{shape.dim}-{shape.image}px-seed{shape.seed}")
+    writer.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
+    writer.add_clip_has_vision_encoder(True)
+    writer.add_clip_projector_type("mlp")
+    writer.add_vision_image_size(shape.image)
+    writer.add_vision_patch_size(shape.patch)
+    writer.add_vision_embedding_length(shape.dim)
+    writer.add_vision_feed_forward_length(shape.ff)
+    writer.add_vision_projection_dim(shape.text_dim)
+    writer.add_vision_head_count(shape.heads)
+    writer.add_vision_block_count(shape.layers)
+    writer.add_vision_attention_layernorm_eps(1e-5)
+    writer.add_vision_image_mean([0.5, 0.5, 0.5])
+    writer.add_vision_image_std([0.5, 0.5, 0.5])
+    writer.add_vision_use_gelu(True)
+
+    patch_weights = rng.standard_normal((shape.dim, 3, shape.patch, shape.patch)) / shape.patch
+    writer.add_tensor("v.patch_embd.weight", patch_weights.astype(np.float16))
+    writer.add_tensor("v.patch_embd.bias", vector(shape.dim))
+    writer.add_tensor("v.position_embd.weight", matrix(shape.image_tokens, shape.dim))
+    for i in range(shape.layers):
+        for norm in ("ln1", "ln2"):
+            writer.add_tensor(f"v.blk.{i}.{norm}.weight", vector(shape.dim, 1.0))
+            writer.add_tensor(f"v.blk.{i}.{norm}.bias", vector(shape.dim))
+        for attn in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            writer.add_tensor(f"v.blk.{i}.{attn}.weight", matrix(shape.dim, shape.dim))
+            writer.add_tensor(f"v.blk.{i}.{attn}.bias", vector(shape.dim))
+        writer.add_tensor(f"v.blk.{i}.ffn_up.weight", matrix(shape.ff, shape.dim))
+        writer.add_tensor(f"v.blk.{i}.ffn_up.bias", vector(shape.ff))
+        writer.add_tensor(f"v.blk.{i}.ffn_down.weight", matrix(shape.dim, shape.ff))
+        writer.add_tensor(f"v.blk.{i}.ffn_down.bias", vector(shape.dim))
+    writer.add_tensor("mm.0.weight", matrix(shape.text_dim, shape.dim))
+    writer.add_tensor("mm.0.bias", vector(shape.text_dim))
+    writer.add_tensor("mm.2.weight", matrix(shape.text_dim, shape.text_dim))
+    writer.add_tensor("mm.2.bias", vector(shape.text_dim))
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
