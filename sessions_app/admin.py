@@ -186,7 +186,7 @@ class ModelEndpointAdmin(KeepsSessionsAdmin):
     list_display = ["name", "base_url", "model", "open_to_everyone", "context_window", "window_read", "window_used"]
     list_filter = ["open_to_everyone"]
     search_fields = ["name", "base_url", "model"]
-    readonly_fields = ["api_key_state", "window_read", "window_used"]  # people and groups: plain lists (axe-clean)
+    readonly_fields = ["api_key_state", "window_read", "window_used", "images_said"]  # people and groups: plain lists
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         """The form's fields, the key's replaced by whether one is set; only those who may change it get a field
@@ -235,6 +235,15 @@ class ModelEndpointAdmin(KeepsSessionsAdmin):
     @admin.display(description="window used")
     def window_used(self, obj: ModelEndpoint) -> str:
         return f"{obj.window:,} tokens"
+
+    @admin.display(description="images, as the server says")
+    def images_said(self, obj: ModelEndpoint) -> str:
+        if obj.server_window_url != obj.base_url or obj.server_window_read_at is None:
+            return "not asked yet"
+        if obj.server_reads_images is None:
+            return "the server does not say: the setting above decides"
+        verdict = "its model reads images" if obj.server_reads_images else "its model does not read images"
+        return f"{verdict} (llama.cpp /props modalities): this decides, not the setting above"
 
 
 admin.site.site_header = "Cachet administration"

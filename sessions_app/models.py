@@ -111,6 +111,15 @@ class ModelEndpoint(models.Model):
     server_window_url = models.CharField(max_length=500, blank=True, editable=False)
     server_window_how = models.CharField(max_length=100, blank=True, editable=False)
     server_window_read_at = models.DateTimeField(null=True, blank=True, editable=False)
+    reads_images = models.BooleanField(
+        default=False,
+        help_text=(
+            "Its model reads images, so an attached image goes with the message. Used where the server does not "
+            "say (llama.cpp says it at /props: started with a vision projector, --mmproj)."
+        ),
+    )
+    # What the server at ``server_window_url`` said of images when it was last asked (``None``: it says nothing).
+    server_reads_images = models.BooleanField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -131,6 +140,13 @@ class ModelEndpoint(models.Model):
         if self.server_context_window and self.server_window_url == self.base_url:
             return self.server_context_window
         return self.context_window
+
+    @property
+    def images_read(self) -> bool:
+        """Whether the model reads images: what the server said at this URL, else what staff set."""
+        if self.server_reads_images is not None and self.server_window_url == self.base_url:
+            return self.server_reads_images
+        return self.reads_images
 
 
 class Mode(models.TextChoices):
@@ -210,6 +226,9 @@ class Generation(models.Model):
     tools_json = models.TextField()
     mode = models.CharField(max_length=8, choices=Mode.choices)
     model_name = models.CharField(max_length=200)
+    # Whether its model reads images: an attached image goes with its message as an image part (fixed with the
+    # generation, as the tool list is, so every request of it sends the same bytes).
+    reads_images = models.BooleanField(default=False)
     summary = models.TextField(blank=True)
     table = models.TextField(blank=True)
     covers_through_turn = models.PositiveIntegerField(null=True, blank=True)
@@ -466,6 +485,8 @@ class ModelRequest(models.Model):
     model_name = models.CharField(max_length=200)
     body_sha256 = models.CharField(max_length=64)
     bytes_sent = models.PositiveIntegerField()
+    images = models.PositiveIntegerField(default=0)  # image parts in the body, and the bytes of their data
+    image_bytes = models.PositiveIntegerField(default=0)
     shared_prefix_bytes = models.PositiveIntegerField()
     break_cause = models.CharField(max_length=14, choices=BreakCause.choices, blank=True)
     expected_shared_bytes = models.PositiveIntegerField(default=0)
@@ -599,6 +620,13 @@ class Upload(models.Model):
     size = models.PositiveBigIntegerField()
     sha256 = models.CharField(max_length=64)
     turn = models.ForeignKey(Turn, on_delete=models.CASCADE, null=True, blank=True, related_name="uploads")
+    # An image as a model that reads images is sent it (made once when attached, sent byte-identical in every
+    # request); ``image_problem``: why an attached image cannot be shown, where it cannot.
+    image = models.BinaryField(null=True, blank=True)
+    image_type = models.CharField(max_length=20, blank=True)
+    image_width = models.PositiveIntegerField(null=True, blank=True)
+    image_height = models.PositiveIntegerField(null=True, blank=True)
+    image_problem = models.CharField(max_length=300, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

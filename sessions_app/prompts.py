@@ -50,6 +50,15 @@ class LoopSettings:
     document_max_chars: int
     document_memory_bytes: int
     document_timeout: float
+    image_max_bytes: int
+    image_max_pixels: int
+    image_max_side: int
+    image_sent_max_bytes: int
+    image_tokens_estimate: int
+    image_format_text: str
+    image_unreadable_text: str
+    image_pixels_text: str
+    image_bytes_text: str
     answer_room_tokens: int
     bytes_per_token_before_usage: float
     too_large_text: str

@@ -25,7 +25,7 @@ from django.utils import timezone
 from chat.agent import server_api, windows
 from sessions_app import prompts
 from sessions_app.models import ChatSession, LastRequest, ModelEndpoint, ModelRequest, RequestStatus
-from sessions_app.selectors.requests import BuiltRequest, build_request
+from sessions_app.selectors.requests import BuiltRequest, build_request, image_spans
 from sessions_app.services.requests import shared_prefix_bytes
 from sessions_app.services.setup import endpoint_window_forget, endpoint_window_record
 
@@ -106,13 +106,17 @@ def endpoint_window(
                 url=url,
                 tokens=found.tokens if found else None,
                 how=found.how if found else "",
+                vision=found.vision if found else None,
             )
     return window_of(endpoint)
 
 
 def window_learned(endpoint: ModelEndpoint, tokens: int) -> Window:
     """Keep the window a server stated in an error (llama.cpp's ``n_ctx`` when it refuses a request)."""
-    endpoint_window_record(endpoint=endpoint, url=endpoint.base_url, tokens=tokens, how="the server's refusal")
+    vision = endpoint.server_reads_images if endpoint.server_window_url == endpoint.base_url else None
+    endpoint_window_record(
+        endpoint=endpoint, url=endpoint.base_url, tokens=tokens, how="the server's refusal", vision=vision
+    )
     return window_of(endpoint)
 
 
@@ -161,10 +165,13 @@ class RequestCounter:
         self.auto_at = prompts.rules_config().compaction_auto_at
         self.answer_room = min(loop.answer_room_tokens, window.tokens - math.floor(self.auto_at * window.tokens))
         self.default_ratio = loop.bytes_per_token_before_usage
+        self.image_tokens = loop.image_tokens_estimate
         done = ModelRequest.objects.filter(session=session, status=RequestStatus.DONE, prompt_tokens__gt=0)
-        recent = list(done.order_by("-id").values_list("bytes_sent", "prompt_tokens", "body_sha256")[:RATIO_REQUESTS])
-        self.bytes_seen = sum(row[0] for row in recent)
-        self.tokens_seen = sum(row[1] or 0 for row in recent)
+        recent = list(
+            done.order_by("-id").values_list("bytes_sent", "prompt_tokens", "images", "image_bytes")[:RATIO_REQUESTS]
+        )
+        self.bytes_seen = sum(sent - image_bytes for sent, _, _, image_bytes in recent)
+        self.tokens_seen = sum(self._text_tokens(tokens or 0, images) for _, tokens, images, _ in recent)
         self.last: _Usage | None = None
         stored = LastRequest.objects.filter(session=session).values_list("body", flat=True).first()
         if recent and stored:
@@ -173,6 +180,10 @@ class RequestCounter:
             tokens = done.filter(body_sha256=sha).order_by("-id").values_list("prompt_tokens", flat=True).first()
             if tokens:
                 self.last = _Usage(body, tokens)
+
+    def _text_tokens(self, tokens: int, images: int) -> int:
+        """Of a request's ``tokens``, those of its text: its images' at the estimate taken out."""
+        return max(tokens - images * self.image_tokens, 1)
 
     @property
     def bytes_per_token(self) -> float:
@@ -194,8 +205,8 @@ class RequestCounter:
             except server_api.ServerAPIError as error:
                 logger.debug("cannot count a request with the server's tokenizer: %s", error)
                 self.asks_server = False
-        if tokens is not None:
-            return CountedSize(len(tokens), "tokenizer")
+        if tokens is not None:  # an image is a marker in the template's text: its tokens are the estimate's
+            return CountedSize(len(tokens) + len(image_spans(built.body)) * self.image_tokens, "tokenizer")
         return CountedSize(estimate, "estimate" if self.tokens_seen else "guess")
 
     def estimate(self, body: bytes) -> int:
@@ -205,13 +216,15 @@ class RequestCounter:
             last_body=last.body if last else b"",
             last_tokens=last.tokens if last else 0,
             bytes_per_token=self.bytes_per_token,
+            image_tokens=self.image_tokens,
         )
 
     def learned(self, body: bytes, prompt_tokens: int | None) -> None:
         """What the server reported for a request just sent."""
         if prompt_tokens:
-            self.bytes_seen += len(body)
-            self.tokens_seen += prompt_tokens
+            images = image_spans(body)
+            self.bytes_seen += len(body) - sum(end - start for start, end in images)
+            self.tokens_seen += self._text_tokens(prompt_tokens, len(images))
             self.last = _Usage(body, prompt_tokens)
 
     def fits(self, size: CountedSize) -> bool:
@@ -249,10 +262,29 @@ def switch_refusal(session: ChatSession, *, endpoint: ModelEndpoint, model_name:
     )
 
 
-def estimate_tokens(body: bytes, *, last_body: bytes, last_tokens: int, bytes_per_token: float) -> int:
-    """The last request's tokens for the bytes ``body`` shares with it, the rest at ``bytes_per_token``."""
+def estimate_tokens(
+    body: bytes, *, last_body: bytes, last_tokens: int, bytes_per_token: float, image_tokens: int = 0
+) -> int:
+    """The last request's tokens for the bytes ``body`` shares with it, the rest at ``bytes_per_token``; each
+    image's data counts ``image_tokens``, not its bytes (a model reads an image as a number of tokens its
+    projector fixes, whatever the image's size in bytes)."""
+    text_bytes, images = _text_and_images(body, len(body))
     if not last_body:
-        return math.ceil(len(body) / bytes_per_token)
+        return math.ceil(text_bytes / bytes_per_token) + images * image_tokens
     shared = shared_prefix_bytes(last_body, body)
-    kept = last_tokens * shared // len(last_body)
-    return kept + math.ceil((len(body) - shared) / bytes_per_token)
+    last_text, last_images = _text_and_images(last_body, len(last_body))
+    shared_text, shared_images = _text_and_images(last_body, shared)
+    last_text_tokens = max(last_tokens - last_images * image_tokens, 0)
+    kept = (last_text_tokens * shared_text // last_text if last_text else 0) + shared_images * image_tokens
+    return kept + math.ceil((text_bytes - shared_text) / bytes_per_token) + (images - shared_images) * image_tokens
+
+
+def _text_and_images(body: bytes, upto: int) -> tuple[int, int]:
+    """Of ``body``'s first ``upto`` bytes, how many are not images' data, and how many images lie wholly in them."""
+    text, images = upto, 0
+    for start, end in image_spans(body):
+        if start >= upto:
+            break
+        text -= min(end, upto) - start
+        images += end <= upto
+    return text, images

@@ -38,13 +38,14 @@ class ServerAPIError(Exception):
 
 @dataclass(frozen=True)
 class ServerProps:
-    """What ``/props`` says: the context window of one slot (``n_ctx``), the chat template, slots in all, and how
-    the server was started."""
+    """What ``/props`` says: the context window of one slot (``n_ctx``), the chat template, slots in all, how
+    the server was started, and whether its model reads images (``modalities``; ``None``: it does not say)."""
 
     context_window: int | None
     chat_template: str
     total_slots: int | None
     started_as: str = ""  # how the server says it was started (model, build, slots, window): changes with a restart
+    vision: bool | None = None
 
 
 def server_root(base_url: str) -> str:
@@ -290,11 +291,14 @@ def props(base_url: str, *, api_key: str | None = None, timeout: float = TIMEOUT
     started_as = json.dumps(
         [data.get(key) for key in ("model_path", "build_info", "total_slots")] + [n_ctx], default=str
     )
+    modalities = data.get("modalities")
+    vision = modalities.get("vision") if isinstance(modalities, dict) else None
     return ServerProps(
         context_window=n_ctx,
         chat_template=template if isinstance(template, str) else "",
         total_slots=_positive_int(data.get("total_slots")),
         started_as=started_as,
+        vision=vision if isinstance(vision, bool) else None,
     )
 
 

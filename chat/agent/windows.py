@@ -30,10 +30,12 @@ NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.MULTILINE)
 
 @dataclass(frozen=True)
 class ReadWindow:
-    """A window a server stated, and where (``how``: the server's kind and the field, as people look it up)."""
+    """A window a server stated, and where (``how``: the server's kind and the field, as people look it up);
+    ``vision``: whether it said its model reads images (``None``: it did not say)."""
 
     tokens: int
     how: str
+    vision: bool | None = None
 
 
 def _entries(data: object, key: str) -> list[dict[str, Any]]:
@@ -60,7 +62,7 @@ def _llama_cpp(base_url: str, model: str, api_key: str | None, timeout: float) -
     props = server_api.props(base_url, api_key=api_key, timeout=timeout)
     if props is None or props.context_window is None:
         return None
-    return ReadWindow(props.context_window, "llama.cpp /props n_ctx")
+    return ReadWindow(props.context_window, "llama.cpp /props n_ctx", vision=props.vision)
 
 
 def _openai_models(base_url: str, model: str, api_key: str | None, timeout: float) -> ReadWindow | None:

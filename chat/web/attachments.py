@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from cachet.body_limits import size_text
+from chat.agent.images import attached_image
 from chat.agent.uploads import UploadExists, UploadRefused, Written, upload_unwrite, upload_write
 from sessions_app.models import ChatSession
 from sessions_app.selectors.sessions import session_get, upload_get, uploads_waiting, workspace_refusal
@@ -58,8 +59,12 @@ def attach_files(
         if problem:
             problems.append(problem)
             continue
-        done = upload_write(session, name=name, data=file.read(), folder=folder, replace=replace, keep_both=keep_both)
-        upload_record(session=session, path=done.path, size=done.size, sha256=done.sha256)
+        data = file.read()
+        done = upload_write(session, name=name, data=data, folder=folder, replace=replace, keep_both=keep_both)
+        image = attached_image(done.path, data)
+        upload_record(session=session, path=done.path, size=done.size, sha256=done.sha256, image=image)
+        if image is not None and image.problem:
+            problems.append(f"{done.path}: a model that reads images cannot be shown it: {image.problem}.")
         written.append(done)
     return written, problems
 

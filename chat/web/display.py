@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from django.db.models import Exists, OuterRef, Q, QuerySet, Value
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Length, Replace, Right, Substr
 
 from sessions_app import prompts
@@ -421,7 +421,7 @@ def turn_views(turns: Sequence[Turn], *, running: bool, last_number: int | None)
         results.setdefault(result.step_id, []).append(result)
     drafts = {draft.turn_id: draft for draft in StepDraft.objects.filter(turn_id__in=ids).order_by("number")}
     uploads: dict[int, list[Upload]] = {}
-    for upload in Upload.objects.filter(turn_id__in=ids).order_by("id"):
+    for upload in turn_uploads(Upload.objects.filter(turn_id__in=ids)):
         assert upload.turn_id is not None
         uploads.setdefault(upload.turn_id, []).append(upload)
     siblings = _siblings(turns)
@@ -437,6 +437,13 @@ def turn_views(turns: Sequence[Turn], *, running: bool, last_number: int | None)
         )
         for turn in turns
     ]
+
+
+def turn_uploads(uploads: QuerySet[Upload]) -> QuerySet[Upload]:
+    """The files a message said arrived, oldest first, without an image's data; ``shown``: an image that went
+    with it to the model."""
+    shown = Q(image_type__gt="") & Q(turn__generation__reads_images=True)
+    return uploads.defer("image").annotate(shown=ExpressionWrapper(shown, output_field=BooleanField())).order_by("id")
 
 
 def _siblings(turns: Sequence[Turn]) -> dict[int | None, tuple[int, ...]]:
@@ -533,5 +540,5 @@ def started_turn(turn: Turn) -> TurnView:
         is_last=True,
         draft=None,
         siblings=siblings.get(turn.parent_id, (turn.number,)),
-        uploads=tuple(Upload.objects.filter(turn=turn).order_by("id")),
+        uploads=tuple(turn_uploads(Upload.objects.filter(turn=turn))),
     )

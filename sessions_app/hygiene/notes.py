@@ -11,7 +11,7 @@ until it changes: what arrived, said once, on the message it arrived with).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .config import ContextConfig
@@ -35,17 +35,21 @@ NOTHING_STATED = StatedContext()
 
 @dataclass(frozen=True)
 class UploadedFile:
-    """A file the person attached: its path in the workspace, as given to the tools, and its size in bytes."""
+    """A file the person attached: its path in the workspace, as given to the tools, and its size in bytes;
+    ``shown``: an image that goes with the message; ``problem``: why an image cannot, to a model that reads
+    images."""
 
     path: str
     size: int
+    shown: bool = False
+    problem: str = ""
 
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".heic", ".avif")
 
 
 def is_image(path: str) -> bool:
-    """Whether an attached file is an image, by its name: a note says the model is not shown it."""
+    """Whether an attached file is an image, by its name."""
     return path.lower().endswith(IMAGE_SUFFIXES)
 
 
@@ -133,12 +137,7 @@ def compose_message(
             session_noted = own
             items.append(note["session_instructions"].format(text=own))
     if uploads:
-        files = note["uploaded_separator"].join(
-            note["uploaded_image" if is_image(upload.path) else "uploaded_file"].format(
-                path=upload.path, size=size_text(upload.size)
-            )
-            for upload in uploads
-        )
+        files = note["uploaded_separator"].join(_uploaded_text(upload, note) for upload in uploads)
         items.append(note["uploaded"].format(files=files))
     text = words
     if items:
@@ -175,6 +174,16 @@ def restated_message(
         config=config,
         uploads=uploads,
     )
+
+
+def _uploaded_text(upload: UploadedFile, note: Mapping[str, str]) -> str:
+    size = size_text(upload.size)
+    if upload.shown:
+        return note["uploaded_image_shown"].format(path=upload.path, size=size)
+    if upload.problem:
+        return note["uploaded_image_unshown"].format(path=upload.path, size=size, problem=upload.problem)
+    key = "uploaded_image" if is_image(upload.path) else "uploaded_file"
+    return note[key].format(path=upload.path, size=size)
 
 
 def stated_after(stated: StatedContext, composed: ComposedMessage) -> StatedContext:

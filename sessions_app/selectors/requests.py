@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import bisect
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import QuerySet
 
+from sessions_app import prompts
 from sessions_app.models import (
     ChatSession,
     Generation,
@@ -20,6 +23,7 @@ from sessions_app.models import (
     Result,
     Step,
     Turn,
+    Upload,
 )
 from sessions_app.selectors.sessions import current_generation, history_turns
 from sessions_app.selectors.turns import turns_reasoning
@@ -57,6 +61,55 @@ class BuiltRequest:
         if whole == len(offsets) - 1 and self.message_end(whole) <= size:
             whole += 1
         return whole
+
+
+IMAGE_URL = re.compile(rb'"url":"data:image/[a-z0-9.+-]+;base64,[A-Za-z0-9+/=]*"')
+"""An image part's data in a request body: JSON escapes any quote inside a string, so only a part matches."""
+
+
+def image_spans(body: bytes) -> list[tuple[int, int]]:
+    """Where the images' data lies in a request ``body``: the byte range of each image part's URL."""
+    return [match.span() for match in IMAGE_URL.finditer(body)]
+
+
+@dataclass(frozen=True)
+class SentImage:
+    """An image that went with a message: its path in the workspace, and its ``data:`` URL as it is sent."""
+
+    path: str
+    url: str
+
+
+def turns_images(turns: Sequence[tuple[int, int]], *, generation: Generation) -> dict[int, list[SentImage]]:
+    """The images that went with the messages of ``turns`` (pk, number), by turn pk: those of a turn whose message
+    was composed for a model that reads images (the turn's generation's; a resumed turn's, ``generation``'s)."""
+    if not turns:
+        return {}
+    numbers = dict(turns)
+    rows = Upload.objects.filter(turn_id__in=numbers, image__isnull=False).order_by("id")
+    found: dict[int, list[SentImage]] = {}
+    for turn_id, path, media_type, data, composed_reading in rows.values_list(
+        "turn_id", "path", "image_type", "image", "turn__generation__reads_images"
+    ):
+        shown = generation.reads_images if numbers[turn_id] == generation.resumed_turn else composed_reading
+        if shown and data is not None:
+            url = f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
+            found.setdefault(turn_id, []).append(SentImage(path, url))
+    return found
+
+
+def user_message(text: str, images: Sequence[SentImage], *, reads_images: bool, withheld: str) -> dict[str, Any]:
+    """A person's message as a request carries it: its text, and the images that went with it as image parts
+    (where the model does not read images, each a line that says it went with the message: ``withheld``)."""
+    if not images:
+        return {"role": "user", "content": text}
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    for image in images:
+        if reads_images:
+            parts.append({"type": "image_url", "image_url": {"url": image.url}})
+        else:
+            parts.append({"type": "text", "text": withheld.format(path=image.path)})
+    return {"role": "user", "content": parts}
 
 
 def assistant_message(step: Step) -> dict[str, Any]:
@@ -136,13 +189,18 @@ class RequestBuilder:
             turns = turns.filter(number__lt=current.number)
         earlier = list(turns.values_list("pk", "number", "message", "reply_text"))
         reasoning = turns_reasoning(turns) if earlier else {}
+        sent_with = [(pk, number) for pk, number, _, _ in earlier]
+        if current is not None:
+            sent_with.append((current.pk, current.number))
+        self.images = turns_images(sent_with, generation=generation)
+        self.withheld: str = prompts.rules_config().note["image_withheld"] if self.images else ""
         for pk, number, message, reply_text in earlier:
             self.turn_user_index[number] = len(self.messages)
-            self._add({"role": "user", "content": self._sent(number, message)})
+            self._add(self._user(pk, number, message))
             self._add(earlier_reply(reply_text, reasoning.get(pk, "")))
         if current is not None and (upto_step is None or upto_step >= 0):
             self.turn_user_index[current.number] = len(self.messages)
-            self._add({"role": "user", "content": self._sent(current.number, current.message)})
+            self._add(self._user(current.pk, current.number, current.message))
             steps = current.steps.order_by("number")
             if generation.resumes_after_step is not None and generation.covers_through_turn == current.number:
                 steps = steps.filter(number__gt=generation.resumes_after_step)
@@ -158,11 +216,17 @@ class RequestBuilder:
         if self.turn_user_index and turn.number <= max(self.turn_user_index):
             raise ValueError(f"turn {turn.number} does not follow the history this builder holds")
         self.turn_user_index[turn.number] = len(self.messages)
-        self._add({"role": "user", "content": self._sent(turn.number, turn.message)})
+        images = turns_images([(turn.pk, turn.number)], generation=self.generation)
+        if images and not self.withheld:
+            self.withheld = prompts.rules_config().note["image_withheld"]
+        self.images.update(images)
+        self._add(self._user(turn.pk, turn.number, turn.message))
 
-    def _sent(self, number: int, message: str) -> str:
-        """Turn ``number``'s stored ``message`` as this generation sends it (see the class)."""
-        return self.generation.resumed_message if number == self.generation.resumed_turn else message
+    def _user(self, pk: int, number: int, message: str) -> dict[str, Any]:
+        """Turn ``number``'s stored ``message`` as this generation sends it (see the class), with its images."""
+        text = self.generation.resumed_message if number == self.generation.resumed_turn else message
+        images = self.images.get(pk, ())
+        return user_message(text, images, reads_images=self.generation.reads_images, withheld=self.withheld)
 
     def _add(self, message: dict[str, Any]) -> None:
         encoded = (("," if self.messages else "") + dumps(message)).encode()

@@ -311,7 +311,7 @@ def session_models(*, owner: AbstractBaseUser | AnonymousUser) -> list[str]:
 
 def uploads_waiting(*, session: ChatSession) -> QuerySet[Upload]:
     """The files attached to ``session`` that its next message will say arrived, oldest first."""
-    return Upload.objects.filter(session=session, turn__isnull=True).order_by("id")
+    return Upload.objects.filter(session=session, turn__isnull=True).defer("image").order_by("id")
 
 
 def upload_get(*, owner: AbstractBaseUser | AnonymousUser, session_id: int, upload_id: int) -> Upload | None:

@@ -86,6 +86,7 @@ def compaction_apply(
     )
     table = compaction_table(reads, config=config)
     resumed = None
+    reads_images = session.endpoint.images_read
     if within is not None:
         resumed = resumed_fields(
             session=session,
@@ -93,6 +94,7 @@ def compaction_apply(
             model_name=session.model_name,
             today=today or "",
             instructions=instructions,
+            reads_images=reads_images,
             config=config,
         )
     number = Generation.objects.filter(session=session).count() + 1
@@ -101,6 +103,7 @@ def compaction_apply(
         number=number,
         mode=session.mode,
         model_name=session.model_name,
+        reads_images=reads_images,
         tools_json=current.tools_json,
         summary=summary.strip(),
         table=table,

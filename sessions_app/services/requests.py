@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from sessions_app.models import BreakCause, ChatSession, LastRequest, ModelRequest, RequestStatus, Turn
-from sessions_app.selectors.requests import BuiltRequest, PreviousRequest
+from sessions_app.selectors.requests import BuiltRequest, PreviousRequest, image_spans
 from sessions_app.services.durability import WITHOUT_WAITING, commit_without_waiting_for_disk
 from sessions_app.services.rows import row_insert, row_stored, row_update_sql, row_values
 from sessions_app.services.usage import usage_added_sql
@@ -122,6 +122,7 @@ def request_record_start(
             verdict.shared_prefix_bytes,
             verdict.expected_shared_bytes,
         )
+    images = image_spans(built.body)
     request = ModelRequest(
         session=session,
         turn=turn,
@@ -133,6 +134,8 @@ def request_record_start(
         model_name=storable(model_name),
         body_sha256=hashlib.sha256(built.body).hexdigest(),
         bytes_sent=len(built.body) if bytes_sent is None else bytes_sent,
+        images=len(images),
+        image_bytes=sum(end - start for start, end in images),
         shared_prefix_bytes=verdict.shared_prefix_bytes,
         expected_shared_bytes=verdict.expected_shared_bytes,
         break_cause=verdict.cause,

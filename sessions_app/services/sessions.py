@@ -39,6 +39,7 @@ def generation_create(
     number: int,
     mode: str,
     model_name: str,
+    reads_images: bool,
     tools_json: str,
     summary: str = "",
     table: str = "",
@@ -47,8 +48,9 @@ def generation_create(
     resumed: dict[str, Any] | None = None,
     config: ContextConfig | None = None,
 ) -> Generation:
-    """A generation with its system prompt built now, as at a session's start, then frozen. ``resumed``: the
-    values of its ``RESUMED_FIELDS``, where a compaction inside a reply left a turn running."""
+    """A generation with its system prompt built now, as at a session's start, then frozen; ``reads_images``:
+    whether its model is sent the images attached to messages. ``resumed``: the values of its ``RESUMED_FIELDS``,
+    where a compaction inside a reply left a turn running."""
     base = prompts.system_prompt()
     if summary:
         system = system_prompt_with_summary(base, summary=summary, table=table, config=config or prompts.rules_config())
@@ -62,6 +64,7 @@ def generation_create(
         tools_json=tools_json,
         mode=mode,
         model_name=model_name,
+        reads_images=reads_images,
         summary=summary,
         table=table,
         covers_through_turn=covers_through_turn,
@@ -99,7 +102,14 @@ def session_start(
         temperature=temperature,
         max_tokens=max_tokens,
     )
-    generation_create(session=session, number=1, mode=mode, model_name=model_name, tools_json=dumps(tools))
+    generation_create(
+        session=session,
+        number=1,
+        mode=mode,
+        model_name=model_name,
+        reads_images=endpoint.images_read,
+        tools_json=dumps(tools),
+    )
     return session
 
 
@@ -223,6 +233,7 @@ def session_change_model(*, session: ChatSession, endpoint: ModelEndpoint, model
         number=number,
         mode=session.mode,
         model_name=model_name,
+        reads_images=endpoint.images_read,
         tools_json=current.tools_json,
         summary=current.summary,
         table=current.table,

@@ -111,18 +111,22 @@ def admin_seed(*, username: str = "admin") -> str | None:
 
 
 @transaction.atomic
-def endpoint_window_record(*, endpoint: ModelEndpoint, url: str, tokens: int | None, how: str = "") -> ModelEndpoint:
+def endpoint_window_record(
+    *, endpoint: ModelEndpoint, url: str, tokens: int | None, how: str = "", vision: bool | None = None
+) -> ModelEndpoint:
     """Keep what the server at ``url`` says its context window is (``None``: it does not say), where it said it,
-    and when."""
+    and when; and whether it said its model reads images (``vision``, ``None``: it did not say)."""
     endpoint.server_context_window = tokens
     endpoint.server_window_url = url
     endpoint.server_window_how = how if tokens else ""
     endpoint.server_window_read_at = timezone.now()
+    endpoint.server_reads_images = vision
     ModelEndpoint.objects.filter(pk=endpoint.pk).update(
         server_context_window=tokens,
         server_window_url=url,
         server_window_how=endpoint.server_window_how,
         server_window_read_at=endpoint.server_window_read_at,
+        server_reads_images=vision,
     )
     return endpoint
 

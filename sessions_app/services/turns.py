@@ -84,8 +84,18 @@ def _branch_end(session: ChatSession) -> tuple[Turn | None, int]:
     return last, (last.position + 1 if last is not None else 1)
 
 
-def _uploaded(uploads: Iterable[Upload]) -> list[UploadedFile]:
-    return [UploadedFile(upload.path, upload.size) for upload in uploads]
+def _uploaded(uploads: Iterable[Upload], *, reads_images: bool) -> list[UploadedFile]:
+    """What a note says of ``uploads``; where the generation's model reads images, an image goes with the message
+    (or the note says why it cannot)."""
+    return [
+        UploadedFile(
+            upload.path,
+            upload.size,
+            shown=reads_images and bool(upload.image_type),
+            problem=upload.image_problem if reads_images else "",
+        )
+        for upload in uploads
+    ]
 
 
 def _composed(
@@ -110,7 +120,7 @@ def _composed(
         stated=NOTHING_STATED if full else stated_context(session, generation=generation),
         config=config or prompts.rules_config(),
         session_instructions=session.instructions,
-        uploads=_uploaded(uploads),
+        uploads=_uploaded(uploads, reads_images=generation.reads_images),
     )
 
 
@@ -121,11 +131,13 @@ def resumed_fields(
     model_name: str,
     today: str,
     instructions: str | None,
+    reads_images: bool,
     config: ContextConfig | None = None,
 ) -> dict[str, Any]:
     """The ``RESUMED_FIELDS`` of a generation that a compaction inside ``turn``'s reply starts: the turn's words
     with the full note, as the first message of a generation carries it (the workspace, ``model_name``, the mode
-    as it is now, ``today``, the workspace's ``instructions`` and the session's), and what that note states.
+    as it is now, ``today``, the workspace's ``instructions`` and the session's; its images where the new generation
+    ``reads_images``), and what that note states.
 
     The turn keeps its stored message, which the generations before sent: nothing already sent is rewritten.
     The new generation's requests send this one in its place (``RequestBuilder``), and its later messages are
@@ -141,7 +153,7 @@ def resumed_fields(
         stated=NOTHING_STATED,
         config=config or prompts.rules_config(),
         session_instructions=session.instructions,
-        uploads=_uploaded(Upload.objects.filter(turn=turn).order_by("id")),
+        uploads=_uploaded(Upload.objects.filter(turn=turn).defer("image").order_by("id"), reads_images=reads_images),
     )
     return {
         "resumed_turn": turn.number,

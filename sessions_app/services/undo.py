@@ -177,7 +177,7 @@ def turn_regenerate(
     if not live:
         raise NothingToTakeBack()
     last = live[-1]
-    said = list(Upload.objects.filter(turn=last).order_by("id"))
+    said = list(Upload.objects.filter(turn=last).defer("image").order_by("id"))
     taken = _take_back(session, [last], by=TakenBackBy.REGENERATE, cause=BreakCause.REGENERATE)
     again = turn_restart(session=session, like=last, today=today, instructions=instructions, config=config, said=said)
     Upload.objects.filter(pk__in=[upload.pk for upload in said], turn__isnull=True).update(turn=again)

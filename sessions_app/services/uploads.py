@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.db import transaction
 
@@ -10,12 +11,38 @@ from sessions_app.models import ChatSession, Turn, Upload
 from sessions_app.text import storable
 
 
+@dataclass(frozen=True)
+class UploadImage:
+    """An attached image as it is sent to a model that reads images (``data`` empty: it cannot be, ``problem``
+    says why)."""
+
+    data: bytes = b""
+    media_type: str = ""
+    width: int | None = None
+    height: int | None = None
+    problem: str = ""
+
+
 @transaction.atomic
-def upload_record(*, session: ChatSession, path: str, size: int, sha256: str) -> Upload:
+def upload_record(
+    *, session: ChatSession, path: str, size: int, sha256: str, image: UploadImage | None = None
+) -> Upload:
     """Record a file written into the session's workspace; the next message's note says it arrived. The same path
-    attached again before that message is said once, with its latest size."""
+    attached again before that message is said once, with its latest size. ``image``: the file is an image, as it
+    is sent to a model that reads images."""
     Upload.objects.filter(session=session, turn__isnull=True, path=path).delete()
-    return Upload.objects.create(session=session, path=storable(path), size=size, sha256=sha256)
+    shown = image or UploadImage()
+    return Upload.objects.create(
+        session=session,
+        path=storable(path),
+        size=size,
+        sha256=sha256,
+        image=shown.data or None,
+        image_type=shown.media_type,
+        image_width=shown.width,
+        image_height=shown.height,
+        image_problem=storable(shown.problem)[:300],
+    )
 
 
 @transaction.atomic

@@ -117,3 +117,29 @@ def test_well_below_the_window_a_measured_estimate_is_not_checked_with_the_serve
         assert counter.count(first).how == "estimate", "well below 70 % of the window"
         near = build_request(session, current=None, model_name="scripted", extra_user="word, " * 400)
         assert counter.count(near).how == "tokenizer", "near the threshold the server's count decides"
+
+
+def _with_image(text: str, data: str) -> bytes:
+    part = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}
+    message = {"role": "user", "content": [{"type": "text", "text": text}, part]}
+    return json.dumps({"messages": [message]}, separators=(",", ":")).encode()
+
+
+def test_an_image_counts_its_estimate_in_tokens_not_its_bytes() -> None:
+    """A megabyte of base64 is a model's few hundred or thousand tokens, not a third of a million."""
+    from chat.agent.budget import estimate_tokens
+
+    body = _with_image("x" * 300, "A" * 1_000_000)
+    plain = _with_image("x" * 300, "")
+    alone = estimate_tokens(body, last_body=b"", last_tokens=0, bytes_per_token=3.0, image_tokens=1500)
+    assert alone == estimate_tokens(plain, last_body=b"", last_tokens=0, bytes_per_token=3.0) + 1500
+    # the next request shares the image with the last: its tokens are the usage's, the new text at the ratio
+    longer = body[:-3] + b',{"role":"assistant","content":"' + b"y" * 300 + b'"}]}'
+    measured = estimate_tokens(longer, last_body=body, last_tokens=1700, bytes_per_token=3.0, image_tokens=1500)
+    assert 1700 <= measured <= 1700 + 120
+
+
+def test_the_ratio_of_bytes_to_tokens_leaves_images_out(chat_session: ChatSession) -> None:
+    counter = RequestCounter(chat_session, window=window_of(chat_session.endpoint))
+    counter.learned(_with_image("x" * 3000, "A" * 600_000), 2500)
+    assert 2.5 < counter.bytes_per_token < 4.0  # 3,000 bytes of text for the 1,000 tokens left after the image's

@@ -206,6 +206,26 @@ def test_an_attached_image_is_said_to_be_one_the_model_is_not_shown(config: Cont
     )
 
 
+def test_an_image_shown_with_the_message_and_one_that_cannot_be_are_said_so(config: ContextConfig) -> None:
+    files = [UploadedFile("shot.png", 2048, shown=True), UploadedFile("scan.tif", 99, problem="it is too big")]
+    said = compose_message(
+        "See",
+        today="2026-11-29",
+        workspace="ws",
+        model="qwen",
+        mode="edit",
+        mode_text=PLAN,
+        instructions=None,
+        stated=KNOWN,
+        config=config,
+        uploads=files,
+    )
+    assert said.text == (
+        "See\n\n<note>\nUploaded: shot.png, 2 KB, an image, shown with this message; "
+        "scan.tif, 99 bytes, an image that cannot be shown: it is too big.\n</note>"
+    )
+
+
 def test_a_restated_message_states_exactly_the_items_given_and_never_instructions(config: ContextConfig) -> None:
     first = compose(config, NOTHING_STATED, instructions="secret", session_instructions="also secret")
     again = restated_message(

@@ -30,7 +30,7 @@ from chat.agent.workspace import commands_folder_line
 from chat.management.commands.worker import SUPERVISOR_ENV
 from chat.web.lan import WILDCARDS, machine_names
 from sessions_app.folders import workspace_roots
-from sessions_app.models import DEFAULT_ENDPOINT_NAME, Workspace
+from sessions_app.models import DEFAULT_ENDPOINT_NAME, ModelEndpoint, Workspace
 from sessions_app.selectors.sessions import endpoint_list
 from sessions_app.services.locks import orphans_interrupt
 from sessions_app.services.setup import admin_seed, endpoint_seed, workspaces_seed
@@ -191,6 +191,13 @@ def window_line(found: EndpointModels, window: Window) -> str:
     return f"{head}, as configured (the server does not say its own)"
 
 
+def images_line(endpoint: ModelEndpoint) -> str:
+    """That an endpoint's model reads images, and who says so."""
+    said = endpoint.server_reads_images is not None and endpoint.server_window_url == endpoint.base_url
+    where = "the server says so at /props" if said else "as set in the admin"
+    return f"Model endpoint {endpoint.name}: its model reads images ({where}): attached images go with messages"
+
+
 SETTINGS_HELP = """settings (environment variables; docs/deployment.md lists them all):
   CACHET_MODEL_URL        the default endpoint's URL, set at every start where given (else kept as set in the admin)
   CACHET_MODEL            its model (else the first its server lists)
@@ -271,6 +278,8 @@ class Command(BaseCommand):
             self.stdout.write(line if found.listing.listed else self.style.WARNING(line))
             if found.listing.answered:
                 self.stdout.write(window_line(found, endpoint_window(found.endpoint, refresh=True)))
+                if found.endpoint.images_read:
+                    self.stdout.write(images_line(found.endpoint))
         if password is not None:
             self.stdout.write(
                 self.style.SUCCESS(f"Created the admin account. Log in at {url} as admin with password {password}")
