@@ -25,6 +25,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from chat.agent.events import Compacted, ReplyEvent, RequestStarted, ResultStored, TurnEnded, TurnStarted
+from chat.agent.images import attached_image
 from chat.agent.loop import ReplyLoop, store
 from chat.agent.model import Cancel, Completion, StreamPiece, TextPiece, ToolCall, ToolCallPiece
 from chat.agent.uploads import UploadRefused, upload_write
@@ -118,6 +119,8 @@ def load_cases(path: Path) -> list[dict[str, Any]]:
             raise FormatError(f"{where}: config must be an object")
         if "window" in case and not (_is_count(case["window"]) and case["window"] > 0):
             raise FormatError(f"{where}: window must be a whole number of tokens, at least 1")
+        if not isinstance(case.get("images", False), bool):
+            raise FormatError(f"{where}: images must be true or false")
         steps = case.get("steps")
         if not isinstance(steps, list) or not steps:
             raise FormatError(f"{where} has no steps")
@@ -214,11 +217,22 @@ def render_request(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) 
     for message in messages:
         lines.append(f"[{message['role']}]")
         content = message.get("content")
-        if content:
+        if isinstance(content, list):
+            lines.extend(_part(part) for part in content)
+        elif content:
             lines.append(str(content))
         for call in message.get("tool_calls", []):
             lines.append(f"[call {call['function']['name']}] {call['function']['arguments']}")
     return "\n".join(lines)
+
+
+def _part(part: Mapping[str, Any]) -> str:
+    """A part of a message's content: a text as it is, an image as ``[image TYPE, N bytes]``."""
+    if part.get("type") != "image_url":
+        return str(part.get("text", ""))
+    head, _, data = str(part["image_url"]["url"]).partition(",")
+    media_type = head.removeprefix("data:").removesuffix(";base64")
+    return f"[image {media_type}, {len(base64.b64decode(data))} bytes]"
 
 
 def _strip(text: str) -> str:
@@ -487,12 +501,14 @@ class CaseRun:
     def _attach(self, attached: Mapping[str, Any]) -> StepText:
         """The person attaches a file, written and recorded as Attach does: the next message's note says it."""
         folder, name = posixpath.split(str(attached["path"]))
-        data = str(attached.get("content", "")).encode("utf-8")
+        content = attached.get("content", "")
+        data = base64.b64decode(content["base64"]) if isinstance(content, Mapping) else str(content).encode("utf-8")
         try:
             done = upload_write(self.session, name=name, data=data, folder=folder, replace=True)
         except UploadRefused as refused:
             raise StepFailure(f"the attachment was refused: {refused}") from None
-        upload_record(session=self.session, path=done.path, size=done.size, sha256=done.sha256)
+        image = attached_image(done.path, data)
+        upload_record(session=self.session, path=done.path, size=done.size, sha256=done.sha256, image=image)
         return StepText(done.path)
 
     def _change(self, change: Mapping[str, Any]) -> StepText:
@@ -585,6 +601,8 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
                 if endpoint.window != window:
                     endpoint.context_window, endpoint.server_context_window = window, None
                     endpoint.save(update_fields=["context_window", "server_context_window"])
+                endpoint.reads_images, endpoint.server_reads_images = bool(case.get("images", False)), None
+                endpoint.save(update_fields=["reads_images", "server_reads_images"])
                 session = session_start(
                     owner=owner,
                     workspace=workspace,
