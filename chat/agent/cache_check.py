@@ -77,8 +77,11 @@ def _strings(message: Mapping[str, Any]) -> tuple[str, list[str]]:
     reasoning = message.get("reasoning_content")
     main: list[str] = []
     content = message.get("content")
-    if isinstance(content, str) and content.strip():
-        main.append(content.strip())
+    parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+    for part in parts:  # a message with images: its text parts (an image is the template's marker)
+        text = part.get("text") if isinstance(part, Mapping) and part.get("type") == "text" else None
+        if isinstance(text, str) and text.strip():
+            main.append(text.strip())
     for call in message.get("tool_calls") or ():
         function = call.get("function") if isinstance(call, Mapping) else None
         if isinstance(function, Mapping):

@@ -62,6 +62,15 @@ def test_message_ends_follow_each_messages_own_strings_in_order() -> None:
     assert ends == sorted(ends)
 
 
+def test_a_message_with_an_image_ends_where_its_text_does() -> None:
+    """A template writes an image as its marker: the message's own strings are its text parts."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    with_image = {"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}
+    text = "<|system|>You help.<|user|>What is this?<__media__><|assistant|>"
+    ends = message_ends([SYSTEM, with_image], text)
+    assert text[: ends[1]].endswith("What is this?")
+
+
 def test_no_divergence_when_the_renderings_part_after_the_shared_messages() -> None:
     before = [SYSTEM, USER, STEP_1, RESULT_1]
     after = [*before, STEP_2, RESULT_2]

@@ -33,7 +33,13 @@ def _nothing_remembered() -> None:
 def test_each_server_s_window_is_read_where_it_states_it(like: str, how: str) -> None:
     with ScriptedServer(model="qwen3:8b", n_ctx=24_576, like=like) as server:
         found = read_window(server.base_url, model="qwen3:8b", api_key=None, timeout=5)
-    assert found == ReadWindow(24_576, how)
+    assert found == ReadWindow(24_576, how, vision=False if like == "llama.cpp" else None)
+
+
+def test_llama_cpp_says_whether_its_model_reads_images() -> None:
+    with ScriptedServer(n_ctx=4096, vision=True) as server:
+        found = read_window(server.base_url, model="scripted", api_key=None, timeout=5)
+    assert found == ReadWindow(4096, "llama.cpp /props n_ctx", vision=True)
 
 
 def test_the_model_asked_about_is_the_one_read_where_the_server_lists_several() -> None:
