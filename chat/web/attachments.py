@@ -14,7 +14,13 @@ from cachet.body_limits import size_text
 from chat.agent.images import attached_image
 from chat.agent.uploads import UploadExists, UploadRefused, Written, upload_unwrite, upload_write
 from sessions_app.models import ChatSession
-from sessions_app.selectors.sessions import session_get, upload_get, uploads_waiting, workspace_refusal
+from sessions_app.selectors.sessions import (
+    current_generation,
+    session_get,
+    upload_get,
+    uploads_waiting,
+    workspace_refusal,
+)
 from sessions_app.services.uploads import upload_forget, upload_record
 
 
@@ -63,8 +69,8 @@ def attach_files(
         done = upload_write(session, name=name, data=data, folder=folder, replace=replace, keep_both=keep_both)
         image = attached_image(done.path, data)
         upload_record(session=session, path=done.path, size=done.size, sha256=done.sha256, image=image)
-        if image is not None and image.problem:
-            problems.append(f"{done.path}: a model that reads images cannot be shown it: {image.problem}.")
+        if image is not None and image.problem and current_generation(session).reads_images:
+            problems.append(f"{done.path}: the model cannot be shown it: {image.problem}.")
         written.append(done)
     return written, problems
 

@@ -156,7 +156,7 @@ def test_an_image_that_cannot_be_shown_is_said_and_kept_out(
 ) -> None:
     session = _session(user, workspace, _endpoint(vision, "vision"))
     problems = _attach(session, "broken.png", b"\x89PNG\r\n\x1a\nnot an image")
-    assert problems == ["broken.png: a model that reads images cannot be shown it: it could not be read as an image."]
+    assert problems == ["broken.png: the model cannot be shown it: it could not be read as an image."]
     vision.push(Step(text="ok"))
     turn = run(_loop(session).send("Look.", date="2026-12-08")).turn
     assert "broken.png, 20 bytes, an image that cannot be shown: it could not be read as an image" in turn.message

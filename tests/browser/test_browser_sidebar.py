@@ -4,14 +4,17 @@ archives and deletes, folds away (remembered), and is a drawer on a phone."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import re
 from typing import Any
 
 import pytest
+from PIL import Image
 from playwright.sync_api import expect
 
-from sessions_app.models import ChatSession
+from sessions_app.models import ChatSession, ModelEndpoint
 from testing.scripted_server import Step
 from tests.browser.browser_kit import PHONE, Browser, World, in_thread
 from tests.browser.test_browser_chat import send, start_session, wait_idle
@@ -311,3 +314,31 @@ def test_after_the_first_reply_the_model_titles_the_session_in_the_heading_and_t
     assert len(world.model.requests) == 2
     page.reload()
     expect(page.locator("#session-title")).to_have_text("Notes overview")
+
+
+def test_a_model_that_reads_images_is_sent_the_attached_picture_and_the_page_says_so(
+    browser: Browser, world: World
+) -> None:
+    world.model.vision = True  # as llama.cpp started with --mmproj
+    in_thread(lambda: ModelEndpoint.objects.filter(pk=world.endpoint.pk).update(reads_images=True))
+    out = io.BytesIO()
+    Image.new("RGB", (32, 24), (200, 30, 30)).save(out, format="PNG")
+    picture = out.getvalue()
+    page = browser.page("ada")
+    start_session(page)
+    page.locator("#attach-input").set_input_files([{"name": "red.png", "mimeType": "image/png", "buffer": picture}])
+    expect(page.locator("#attachments .attached-file")).to_have_count(1)
+    world.model.push(Step(text="A red rectangle."))
+    send(page, "What is this?")
+    expect(page.locator("#turn-1 .reply")).to_have_text("A red rectangle.")
+    expect(page.locator("#turn-1 .attached-with")).to_have_text(
+        f"Attached: red.png ({len(picture)}\xa0bytes, shown to the model)"
+    )
+    content = json.loads(world.model.requests[-1])["messages"][-1]["content"]
+    assert content[1] == {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + base64.b64encode(picture).decode()},
+    }
+    assert content[0]["text"].endswith(
+        f"Uploaded: red.png, {len(picture)} bytes, an image, shown with this message.\n</note>"
+    )
