@@ -29,8 +29,7 @@ from chat.agent.images import attached_image
 from chat.agent.loop import ReplyLoop, store
 from chat.agent.model import Cancel, Completion, StreamPiece, TextPiece, ToolCall, ToolCallPiece
 from chat.agent.uploads import UploadRefused, upload_write
-from chat.agent.workspace import sandbox_settings
-from chat.tools import tool_list
+from chat.agent.workspace import sandbox_settings, session_tools
 from chat.tools.sandbox import give_to_commands
 from sessions_app import prompts
 from sessions_app.errors import StoreError
@@ -608,7 +607,7 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
                     workspace=workspace,
                     endpoint=endpoint,
                     model_name="conformance",
-                    tools=tool_list(allow_commands=workspace.allow_commands, config=config),
+                    tools=session_tools(workspace, config=config),
                     mode=str(case.get("mode", "edit")),
                     instructions=str(case.get("instructions", "")),
                 )

@@ -51,3 +51,11 @@ async def cache_check(*, spec: dict[str, Any]) -> None:
     from chat.worker import checks
 
     await checks.run(spec)
+
+
+@app.task(name="cachet.mcp_server_check", queue=CHECKS_QUEUE)
+async def mcp_server_check(*, server_id: int) -> None:
+    """Ask an MCP server for its tools and instructions and keep what it said, or why it did not answer."""
+    from chat.worker import mcp_checks
+
+    await mcp_checks.run(server_id)

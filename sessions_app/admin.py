@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.db import transaction
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
@@ -24,6 +25,7 @@ from sessions_app.models import (
     DirectoryAccount,
     Generation,
     InstructionPreset,
+    McpServer,
     ModelEndpoint,
     ModelRequest,
     Result,
@@ -38,6 +40,7 @@ from sessions_app.selectors.sessions import workspace_nesting
 from sessions_app.selectors.totals import listed_totals, with_totals
 from sessions_app.services.tokens import api_token_revoke
 from sessions_app.services.workspaces import workspace_folders_lock
+from sessions_app.tool_names import offered_name
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -244,6 +247,70 @@ class ModelEndpointAdmin(KeepsSessionsAdmin):
             return "the server does not say: the setting above decides"
         verdict = "its model reads images" if obj.server_reads_images else "its model does not read images"
         return f"{verdict} (llama.cpp /props modalities): this decides, not the setting above"
+
+
+class McpServerForm(forms.ModelForm):  # type: ignore[type-arg]
+    """An MCP server as staff set it: its bearer token is never shown again; left empty it stays as it was."""
+
+    bearer_token = forms.CharField(
+        required=False,
+        label="New bearer token",
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Sent as Authorization: Bearer …. Never shown again: leave empty to keep the one stored.",
+    )
+    remove_bearer_token = forms.BooleanField(required=False, label="Remove the bearer token")
+
+    class Meta:
+        model = McpServer
+        fields = "__all__"  # noqa: DJ007 - the admin's own fieldsets decide what shows
+
+    def clean_bearer_token(self) -> str:
+        given = str(self.cleaned_data.get("bearer_token") or "")
+        if self.data.get("remove_bearer_token"):
+            return ""
+        return given or (self.instance.bearer_token if self.instance.pk else "")
+
+
+@admin.register(McpServer)
+class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """MCP servers of workspaces. Saved, a server is asked for its tools at once (by a worker); the page says what
+    it answered when shown again."""
+
+    form = McpServerForm
+    list_display = ["name", "workspace", "url", "enabled", "tools_offered", "checked_at", "problem"]
+    list_filter = ["enabled", "workspace"]
+    search_fields = ["name", "url", "workspace__name"]
+    readonly_fields = ["tools_offered", "instructions", "checked_at", "problem"]
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        return not lookup.startswith("bearer_token") and super().lookup_allowed(lookup, value, request)
+
+    def save_model(self, request: HttpRequest, obj: McpServer, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        server_id = obj.pk
+        transaction.on_commit(lambda: _check_mcp_server(server_id))
+        self.message_user(request, f"{obj.name} is being asked for its tools: reload this page in a moment.")
+
+    @admin.display(description="tools offered to new sessions")
+    def tools_offered(self, obj: McpServer) -> str:
+        from chat.agent.mcp import tools_of
+
+        tools = tools_of(obj.tools_json)
+        if not obj.checked_at:
+            return "not asked yet"
+        names = [
+            (offered_name(obj.name, tool.name) or f"{tool.name} (name not usable)")
+            + (" (read-only)" if tool.read_only else "")
+            for tool in tools
+        ]
+        return ", ".join(names) or "none"
+
+
+def _check_mcp_server(server_id: int) -> None:
+    from chat.tasks import mcp_server_check
+
+    mcp_server_check.defer(server_id=server_id)
 
 
 admin.site.site_header = "Cachet administration"

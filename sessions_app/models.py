@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 
 
@@ -63,6 +64,47 @@ class Workspace(models.Model):
     def disk_quota_bytes(self) -> int | None:
         """The disk quota in bytes, ``None`` where there is none."""
         return self.disk_quota_mb * 1024 * 1024 if self.disk_quota_mb else None
+
+
+MCP_NAME = RegexValidator(
+    r"^[a-z][a-z0-9-]{0,19}$", "Lowercase letters, digits and dashes, starting with a letter, at most 20."
+)
+
+
+class McpServer(models.Model):
+    """An MCP server whose tools the model may call in a workspace's sessions, reached over streamable HTTP. Its
+    tools are offered as ``NAME__TOOL``; a session's list is fixed when it starts. What the server said when
+    Cachet last asked it (its tools, its instructions, or why it did not answer) is kept by the worker."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="mcp_servers")
+    name = models.CharField(
+        max_length=20,
+        validators=[MCP_NAME],
+        help_text="Its tools are offered to the model as NAME__TOOL (wiki__search): lowercase, digits and dashes.",
+    )
+    url = models.URLField(max_length=500, help_text="The server's streamable-HTTP endpoint (http://host:8000/mcp).")
+    bearer_token = models.CharField(
+        max_length=500, blank=True, help_text="Sent as Authorization: Bearer … where the server asks for one."
+    )
+    enabled = models.BooleanField(
+        default=True,
+        help_text="Offered to sessions that start from now on. Off: sessions that listed its tools are told they "
+        "are not available.",
+    )
+    call_timeout = models.PositiveIntegerField(default=60, help_text="Seconds a call may take.")
+    tools_json = models.TextField(blank=True, editable=False)
+    instructions = models.TextField(blank=True, editable=False)
+    checked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    problem = models.TextField(blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["workspace", "name"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="mcp_server_unique_name")]
+        verbose_name = "MCP server"
+
+    def __str__(self) -> str:
+        return self.name
 
 
 DEFAULT_ENDPOINT_NAME = "default"
@@ -248,6 +290,7 @@ class Generation(models.Model):
     resumed_note_mode = models.CharField(max_length=8, blank=True)
     resumed_note_instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 - None: not stated
     resumed_note_session_instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 - None: not stated
+    resumed_note_tool_instructions = models.JSONField(null=True, blank=True)
     taken_back = models.BooleanField(default=False)
     revision = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -268,6 +311,7 @@ MESSAGE_FIELDS = (
     "note_mode",
     "note_instructions",
     "note_session_instructions",
+    "note_tool_instructions",
 )
 """A turn's message and what its note states; a generation's ``resumed_*`` fields hold the same of the turn it
 resumed, as it sends it."""
@@ -321,6 +365,8 @@ class Turn(models.Model):
     note_mode = models.CharField(max_length=8, blank=True)
     note_instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 - None: not mentioned, "": removed
     note_session_instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 - as note_instructions
+    # The MCP servers' instructions the note states, by server ("": removed); None: none stated.
+    note_tool_instructions = models.JSONField(null=True, blank=True)
     mode = models.CharField(max_length=8, choices=Mode.choices)
     reply_text = models.TextField(blank=True)
     status = models.CharField(max_length=12, choices=TurnStatus.choices, default=TurnStatus.OPEN)

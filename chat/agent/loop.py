@@ -55,6 +55,7 @@ from chat.agent.events import (
     TurnsTakenBack,
     TurnStarted,
 )
+from chat.agent.mcp_calls import McpPlanned, McpRefused, mcp_outcome, mcp_planned
 from chat.agent.model import (
     Cancel,
     Completion,
@@ -86,6 +87,7 @@ from sessions_app.errors import (
 )
 from sessions_app.hygiene import PriorResult
 from sessions_app.hygiene.config import ContextConfig
+from sessions_app.hygiene.outcomes import Outcome
 from sessions_app.models import (
     STOPPED,
     BreakCause,
@@ -115,11 +117,13 @@ from sessions_app.selectors.sessions import (
 from sessions_app.selectors.totals import ChartTally, chart_tally
 from sessions_app.services.compaction import compaction_apply
 from sessions_app.services.locks import reply_lock
+from sessions_app.services.mcp import mcp_server_listed
 from sessions_app.services.requests import request_last_keep, request_record_finish, request_record_start
 from sessions_app.services.results import prior_result, reply_table, result_insert
 from sessions_app.services.sessions import session_title_by_model
 from sessions_app.services.turns import step_draft_save, step_record, turn_fail, turn_finish, turn_start
 from sessions_app.services.undo import TakenBack, branch_flip, turn_edit, turn_regenerate, turn_rewind, turn_undo
+from sessions_app.tool_names import split_name
 from sessions_app.types import StoredCall
 
 logger = logging.getLogger(__name__)
@@ -868,6 +872,46 @@ class ReplyLoop:
         # whether the owner may still use the workspace (one query).
         now = _as_now(context, self.session)
         arguments, outcome = call_tool(call["name"], call["arguments"], now)
+        return self._inserted(turn, step, call, arguments, outcome, table, number)
+
+    async def _mcp_ran(
+        self,
+        turn: Turn,
+        step: Any,
+        call: StoredCall,
+        context: ToolContext,
+        table: list[PriorResult],
+        number: int,
+    ) -> Result:
+        """A call of an MCP server's tool, awaited here (the server answers over the network), its result
+        inserted as any other's."""
+        planned = await store(self._mcp_planned, call, context)
+        if isinstance(planned, McpRefused):
+            return await store(self._inserted, turn, step, call, planned.arguments, planned.outcome, table, number)
+        outcome, listing = await mcp_outcome(planned, config=self.config, cancel=self.cancel)
+        if listing is not None:
+            await store(
+                mcp_server_listed,
+                server_id=planned.server_id,
+                tools_json=listing.as_json(),
+                instructions=listing.instructions,
+            )
+        return await store(self._inserted, turn, step, call, planned.arguments, outcome, table, number)
+
+    def _mcp_planned(self, call: StoredCall, context: ToolContext) -> McpPlanned | McpRefused:
+        now = _as_now(context, self.session)
+        return mcp_planned(call["name"], call["arguments"], now, workspace_id=self.session.workspace_id)
+
+    def _inserted(
+        self,
+        turn: Turn,
+        step: Any,
+        call: StoredCall,
+        arguments: object,
+        outcome: Outcome,
+        table: list[PriorResult],
+        number: int,
+    ) -> Result:
         result = result_insert(
             turn=turn,
             step=step,
@@ -927,7 +971,10 @@ class ReplyLoop:
             for call in calls:
                 if self.cancel.is_set():
                     break
-                result = await store(self._tool_ran, turn, step, call, context, table, result_number)
+                if split_name(call["name"]) is not None and call["name"] in context.tools:
+                    result = await self._mcp_ran(turn, step, call, context, table, result_number)
+                else:
+                    result = await store(self._tool_ran, turn, step, call, context, table, result_number)
                 result_number = result.number + 1
                 yield ResultStored(result, turn.revision)
             if self.cancel.is_set():

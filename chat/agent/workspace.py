@@ -9,11 +9,13 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
 
-from chat.tools import Sandbox, ToolContext, ToolError, listed_names
+from chat.agent.mcp import tool_schema, tools_of
+from chat.tools import Sandbox, ToolContext, ToolError, listed_names, tool_list
 from chat.tools.context import Documents, never_cancelled
 from chat.tools.paths import Resolved, Root, is_inside, open_workspace
 from chat.tools.quota import commit_within_quota
@@ -22,7 +24,7 @@ from chat.tools.writes import PendingWrite
 from sessions_app import prompts
 from sessions_app.hygiene import PriorResult, format_id, last_seen_sha
 from sessions_app.hygiene.config import ContextConfig
-from sessions_app.models import ChatSession, Result, Workspace
+from sessions_app.models import ChatSession, McpServer, Result, Workspace
 from sessions_app.selectors.sessions import current_generation, stored_full_text, workspace_roots_for
 
 INSTRUCTIONS_FILE = "AGENTS.md"
@@ -229,3 +231,12 @@ def restore_files(session: ChatSession, edits: list[Result]) -> RestoreReport:
 
 def edit_id(result: Result) -> str:
     return format_id(result.number, prompts.rules_config().id_digits)
+
+
+def session_tools(workspace: Workspace, *, config: ContextConfig | None = None) -> list[dict[str, Any]]:
+    """The tool list a new session in ``workspace`` fixes (spec §10.4): Cachet's, then each enabled MCP server's
+    (by name), its tools as the server last listed them, each named ``server__tool``."""
+    tools = tool_list(allow_commands=workspace.allow_commands, config=config)
+    for server in McpServer.objects.filter(workspace=workspace, enabled=True).order_by("name"):
+        tools += [schema for tool in tools_of(server.tools_json) if (schema := tool_schema(server.name, tool))]
+    return tools

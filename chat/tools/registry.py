@@ -89,7 +89,7 @@ def call_tool(name: str, raw_arguments: str, ctx: ToolContext) -> tuple[object, 
     A tool the session does not list is unknown; one it lists whose requirement is not met now (a mode
     that forbids it, a workspace whose commands were switched off) answers its ``unavailable`` text.
     """
-    arguments, problem = _parse(name, raw_arguments, ctx)
+    arguments, problem = parsed_arguments(name, raw_arguments, ctx)
     config = ctx.config
     tool = TOOLS_BY_NAME.get(name)
     if tool is None or name not in ctx.tools:
@@ -118,7 +118,8 @@ def _error_path(error: OSError, ctx: ToolContext) -> str:
     return shown(ctx.root)
 
 
-def _parse(name: str, raw_arguments: str, ctx: ToolContext) -> tuple[object, str | None]:
+def parsed_arguments(name: str, raw_arguments: str, ctx: ToolContext) -> tuple[object, str | None]:
+    """A call's arguments parsed as JSON (empty: ``{}``), or the raw string and why it is not JSON."""
     if not raw_arguments.strip():
         return {}, None
     try:

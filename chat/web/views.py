@@ -21,7 +21,7 @@ from chat.actions import Send
 from chat.agent.budget import Window, window_of
 from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.agent.uploads import UploadRefused
-from chat.tools import tool_list
+from chat.agent.workspace import session_tools
 from chat.web import chart, fragments, queueing
 from chat.web.attachments import attach_files, attachments_context, too_large
 from chat.web.display import call_target, result_id, result_status, single_turn, transcript_page
@@ -192,7 +192,7 @@ def new_chat(*, owner: User, form: NewSessionForm, files: list[UploadedFile[byte
         workspace=workspace,
         endpoint=form.cleaned_data["endpoint"].endpoint,
         model_name=form.chosen_model(),
-        tools=tool_list(allow_commands=workspace.allow_commands),
+        tools=session_tools(workspace),
         mode=form.cleaned_data["mode"],
         title=title_from(form.cleaned_data["text"]),
         instructions=form.chosen_instructions(),

@@ -292,7 +292,8 @@ def ready_to_work() -> None:
     transport and their TLS context (reading the CA bundle, about 20 ms of CPU)."""
     import chat.agent.model.aio
     import chat.worker.checks
-    import chat.worker.jobs  # noqa: F401
+    import chat.worker.jobs
+    import chat.worker.mcp_checks  # noqa: F401
     from chat.agent.model.transport import ssl_context
 
     ssl_context()

@@ -28,6 +28,7 @@ class StatedContext:
     date: str | None = None
     instructions: str | None = None
     session_instructions: str | None = None
+    tool_instructions: tuple[tuple[str, str], ...] = ()  # (server, text), by server: the MCP servers' stated
 
 
 NOTHING_STATED = StatedContext()
@@ -81,6 +82,7 @@ class ComposedMessage:
     date_noted: str | None = None
     instructions_noted: str | None = None
     session_instructions_noted: str | None = None
+    tool_instructions_noted: dict[str, str] | None = None
 
 
 def compose_message(
@@ -95,11 +97,13 @@ def compose_message(
     stated: StatedContext,
     config: ContextConfig,
     session_instructions: str | None = None,
+    tool_instructions: Mapping[str, str] | None = None,
     uploads: Sequence[UploadedFile] = (),
 ) -> ComposedMessage:
     """The person's ``words`` with a note of what differs from ``stated``: the workspace's and the model's
-    names, the mode (``mode_text``, its file, as the body), the date, the workspace's instructions and the
-    session's; and the ``uploads`` that arrived with it, always.
+    names, the mode (``mode_text``, its file, as the body), the date, the workspace's instructions, the
+    session's, and each MCP server's (``tool_instructions``, by server: those of the servers whose tools the
+    session lists); and the ``uploads`` that arrived with it, always.
 
     An empty workspace or model name is not stated. Instructions are compared and shown stripped; blank
     ones count as none.
@@ -136,6 +140,17 @@ def compose_message(
         else:
             session_noted = own
             items.append(note["session_instructions"].format(text=own))
+    tools_noted: dict[str, str] = {}
+    before = dict(stated.tool_instructions)
+    now = {server: text.strip() for server, text in (tool_instructions or {}).items() if text.strip()}
+    for server in sorted(before.keys() | now.keys()):
+        if now.get(server) == before.get(server):
+            continue
+        tools_noted[server] = now.get(server, "")
+        if server in now:
+            items.append(note["tool_instructions"].format(server=server, text=now[server]))
+        else:
+            items.append(note["tool_instructions_removed"].format(server=server))
     if uploads:
         files = note["uploaded_separator"].join(_uploaded_text(upload, note) for upload in uploads)
         items.append(note["uploaded"].format(files=files))
@@ -143,7 +158,14 @@ def compose_message(
     if items:
         text = note["format"].format(message=words, body=note["separator"].join(items))
     return ComposedMessage(
-        text, workspace_noted, model_noted, mode_noted, date_noted, instructions_noted, session_noted
+        text,
+        workspace_noted,
+        model_noted,
+        mode_noted,
+        date_noted,
+        instructions_noted,
+        session_noted,
+        tools_noted or None,
     )
 
 
@@ -194,6 +216,7 @@ def stated_after(stated: StatedContext, composed: ComposedMessage) -> StatedCont
     session_instructions = stated.session_instructions
     if composed.session_instructions_noted is not None:
         session_instructions = composed.session_instructions_noted or None
+    tools = dict(stated.tool_instructions) | (composed.tool_instructions_noted or {})
     return StatedContext(
         workspace=_newer(composed.workspace_noted, stated.workspace),
         model=_newer(composed.model_noted, stated.model),
@@ -201,6 +224,7 @@ def stated_after(stated: StatedContext, composed: ComposedMessage) -> StatedCont
         date=_newer(composed.date_noted, stated.date),
         instructions=instructions,
         session_instructions=session_instructions,
+        tool_instructions=tuple(sorted((server, text) for server, text in tools.items() if text)),
     )
 
 

@@ -95,7 +95,13 @@ def as_seen(
                 config=config,
             )
         )
-        turn.update(note_instructions=None, note_session_instructions=None, rating="", rated_at=None)
+        turn.update(
+            note_instructions=None,
+            note_session_instructions=None,
+            note_tool_instructions=None,
+            rating="",
+            rated_at=None,
+        )
     for generation in generations:
         resumed = generation.get("resumed_turn")
         if resumed is not None and resumed in kept and generation.get("resumed_message"):
@@ -110,6 +116,7 @@ def as_seen(
                 )
             )
             generation["resumed_note_instructions"] = generation["resumed_note_session_instructions"] = None
+            generation["resumed_note_tool_instructions"] = None
         elif resumed is not None and resumed not in kept:
             generation.update(resumed_turn=None, resumed_message="")
     results = [result for result in exported["results"] if result["turn"] in kept]

@@ -20,13 +20,24 @@ from sessions_app.hygiene import (
     stated_after,
 )
 from sessions_app.hygiene.config import ContextConfig
-from sessions_app.models import MESSAGE_FIELDS, ChatSession, Generation, Step, StepDraft, Turn, TurnStatus, Upload
+from sessions_app.models import (
+    MESSAGE_FIELDS,
+    ChatSession,
+    Generation,
+    McpServer,
+    Step,
+    StepDraft,
+    Turn,
+    TurnStatus,
+    Upload,
+)
 from sessions_app.selectors.sessions import current_generation, history_turns, last_live_turn, uploads_waiting
 from sessions_app.selectors.turns import turn_draft_text, turn_reply_text
 from sessions_app.services.durability import WITHOUT_WAITING, commit_without_waiting_for_disk
 from sessions_app.services.revisions import revision_next, turn_bump
 from sessions_app.services.rows import row_insert, row_stored, row_values
 from sessions_app.text import storable, storable_or_none, title_from
+from sessions_app.tool_names import listed_servers
 from sessions_app.types import StoredCall
 
 NOTE_FIELDS = MESSAGE_FIELDS[1:]  # what a message's note states
@@ -39,6 +50,7 @@ def stated_context(session: ChatSession, *, generation: Generation) -> StatedCon
     carried_a_note = (
         Q(note_instructions__isnull=False)
         | Q(note_session_instructions__isnull=False)
+        | Q(note_tool_instructions__isnull=False)
         | ~Q(note_workspace="", note_model="", note_mode="", note_date="")
     )
     if generation.resumed_turn is not None:
@@ -48,7 +60,7 @@ def stated_context(session: ChatSession, *, generation: Generation) -> StatedCon
     for number, *notes in noted.values_list("number", *NOTE_FIELDS):
         if number == generation.resumed_turn:  # its note as this generation sends it
             notes = [getattr(generation, f"resumed_{name}") for name in NOTE_FIELDS]
-        workspace, model, date, mode, instructions, session_instructions = notes
+        workspace, model, date, mode, instructions, session_instructions, tool_instructions = notes
         stated = stated_after(
             stated,
             ComposedMessage(
@@ -59,9 +71,20 @@ def stated_context(session: ChatSession, *, generation: Generation) -> StatedCon
                 date_noted=date or None,
                 instructions_noted=instructions,
                 session_instructions_noted=session_instructions,
+                tool_instructions_noted=tool_instructions,
             ),
         )
     return stated
+
+
+def tool_instructions(session: ChatSession, *, generation: Generation) -> dict[str, str]:
+    """The instructions of the MCP servers whose tools ``generation`` lists, as each last said them, by server; a
+    server switched off or gone from the workspace says none."""
+    servers = listed_servers(generation.tools_json)
+    if not servers:
+        return {}
+    found = McpServer.objects.filter(workspace_id=session.workspace_id, name__in=servers, enabled=True)
+    return dict(found.values_list("name", "instructions"))
 
 
 def _locked(session: ChatSession) -> ChatSession:
@@ -120,6 +143,7 @@ def _composed(
         stated=NOTHING_STATED if full else stated_context(session, generation=generation),
         config=config or prompts.rules_config(),
         session_instructions=session.instructions,
+        tool_instructions=tool_instructions(session, generation=generation),
         uploads=_uploaded(uploads, reads_images=generation.reads_images),
     )
 
@@ -153,6 +177,7 @@ def resumed_fields(
         stated=NOTHING_STATED,
         config=config or prompts.rules_config(),
         session_instructions=session.instructions,
+        tool_instructions=tool_instructions(session, generation=current_generation(session)),
         uploads=_uploaded(Upload.objects.filter(turn=turn).defer("image").order_by("id"), reads_images=reads_images),
     )
     return {
@@ -164,6 +189,7 @@ def resumed_fields(
         "resumed_note_mode": composed.mode_noted or "",
         "resumed_note_instructions": composed.instructions_noted,
         "resumed_note_session_instructions": composed.session_instructions_noted,
+        "resumed_note_tool_instructions": composed.tool_instructions_noted,
     }
 
 
@@ -217,6 +243,7 @@ def turn_start(
         note_mode=composed.mode_noted or "",
         note_instructions=composed.instructions_noted,
         note_session_instructions=composed.session_instructions_noted,
+        note_tool_instructions=composed.tool_instructions_noted,
         mode=session.mode,
         revision=revision_next(session.pk),
     )
@@ -266,6 +293,7 @@ def turn_restart(
             "note_mode": composed.mode_noted or "",
             "note_instructions": composed.instructions_noted,
             "note_session_instructions": composed.session_instructions_noted,
+            "note_tool_instructions": composed.tool_instructions_noted,
         }
     elif resumed:
         message = {name: getattr(generation, f"resumed_{name}") for name in MESSAGE_FIELDS}

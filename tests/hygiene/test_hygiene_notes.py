@@ -226,6 +226,37 @@ def test_an_image_shown_with_the_message_and_one_that_cannot_be_are_said_so(conf
     )
 
 
+def test_mcp_servers_instructions_are_said_once_then_when_they_change_or_go(config: ContextConfig) -> None:
+    def said(stated: StatedContext, servers: dict[str, str]) -> ComposedMessage:
+        return compose_message(
+            "hi",
+            today="2026-11-29",
+            workspace="ws",
+            model="qwen",
+            mode="edit",
+            mode_text=PLAN,
+            instructions=None,
+            stated=stated,
+            config=config,
+            tool_instructions=servers,
+        )
+
+    first = said(KNOWN, {"wiki": "Search first.", "db": "  ", "notes": "Cite pages."})
+    assert first.text == (
+        "hi\n\n<note>\nInstructions of the MCP server notes:\nCite pages.\n\n"
+        "Instructions of the MCP server wiki:\nSearch first.\n</note>"
+    )
+    assert first.tool_instructions_noted == {"notes": "Cite pages.", "wiki": "Search first."}
+    stated = stated_after(KNOWN, first)
+    assert said(stated, {"wiki": "Search first.", "notes": "Cite pages."}).text == "hi"
+    changed = said(stated, {"wiki": "Search twice."})
+    assert changed.text == (
+        "hi\n\n<note>\nThe MCP server notes gives no instructions any more; its earlier ones no longer apply.\n\n"
+        "Instructions of the MCP server wiki:\nSearch twice.\n</note>"
+    )
+    assert stated_after(stated, changed).tool_instructions == (("wiki", "Search twice."),)
+
+
 def test_a_restated_message_states_exactly_the_items_given_and_never_instructions(config: ContextConfig) -> None:
     first = compose(config, NOTHING_STATED, instructions="secret", session_instructions="also secret")
     again = restated_message(

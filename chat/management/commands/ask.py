@@ -16,9 +16,9 @@ from chat.actions import Action, Compact, Regenerate, Rewind, Send, Undo
 from chat.agent.echo import EchoLine
 from chat.agent.endpoints import FALLBACK_MODEL
 from chat.agent.model import ModelError, list_models
+from chat.agent.workspace import session_tools
 from chat.follow import Followed, follow
 from chat.management.database import unapplied_migrations
-from chat.tools import tool_list
 from sessions_app.errors import NoLiveTurnFrom, StoreError
 from sessions_app.folders import folder_check
 from sessions_app.models import (
@@ -165,7 +165,7 @@ class Command(BaseCommand):
                 workspace=workspace,
                 endpoint=endpoint,
                 model_name=options["model"] or _model(endpoint),
-                tools=tool_list(allow_commands=workspace.allow_commands),
+                tools=session_tools(workspace),
                 mode=options["mode"] or Mode.EDIT,
                 instructions=options["instructions"] or "",
                 temperature=options["temperature"],

@@ -28,9 +28,10 @@ from chat.agent.budget import Window, endpoint_window
 from chat.agent.endpoints import EndpointModels, endpoints_models
 from chat.agent.workspace import commands_folder_line
 from chat.management.commands.worker import SUPERVISOR_ENV
+from chat.tasks import mcp_server_check
 from chat.web.lan import WILDCARDS, machine_names
 from sessions_app.folders import workspace_roots
-from sessions_app.models import DEFAULT_ENDPOINT_NAME, ModelEndpoint, Workspace
+from sessions_app.models import DEFAULT_ENDPOINT_NAME, McpServer, ModelEndpoint, Workspace
 from sessions_app.selectors.sessions import endpoint_list
 from sessions_app.services.locks import orphans_interrupt
 from sessions_app.services.setup import admin_seed, endpoint_seed, workspaces_seed
@@ -280,6 +281,8 @@ class Command(BaseCommand):
                 self.stdout.write(window_line(found, endpoint_window(found.endpoint, refresh=True)))
                 if found.endpoint.images_read:
                     self.stdout.write(images_line(found.endpoint))
+        for server_id in McpServer.objects.filter(enabled=True).values_list("pk", flat=True):
+            mcp_server_check.defer(server_id=server_id)  # the worker asks each for its tools, as they are now
         if password is not None:
             self.stdout.write(
                 self.style.SUCCESS(f"Created the admin account. Log in at {url} as admin with password {password}")
