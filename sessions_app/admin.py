@@ -278,9 +278,9 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     it answered when shown again."""
 
     form = McpServerForm
-    list_display = ["name", "workspace", "url", "enabled", "tools_offered", "checked_at", "problem"]
+    list_display = ["name", "workspace", "address", "enabled", "tools_offered", "checked_at", "problem"]
     list_filter = ["enabled", "workspace"]
-    search_fields = ["name", "url", "workspace__name"]
+    search_fields = ["name", "url", "command", "workspace__name"]
     readonly_fields = ["tools_offered", "instructions", "checked_at", "problem"]
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
@@ -291,6 +291,10 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         server_id = obj.pk
         transaction.on_commit(lambda: _check_mcp_server(server_id))
         self.message_user(request, f"{obj.name} is being asked for its tools: reload this page in a moment.")
+
+    @admin.display(description="URL or command")
+    def address(self, obj: McpServer) -> str:
+        return obj.url or f"$ {obj.command}"
 
     @admin.display(description="tools offered to new sessions")
     def tools_offered(self, obj: McpServer) -> str:

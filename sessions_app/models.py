@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
@@ -82,7 +85,22 @@ class McpServer(models.Model):
         validators=[MCP_NAME],
         help_text="Its tools are offered to the model as NAME__TOOL (wiki__search): lowercase, digits and dashes.",
     )
-    url = models.URLField(max_length=500, help_text="The server's streamable-HTTP endpoint (http://host:8000/mcp).")
+    url = models.URLField(
+        max_length=500,
+        blank=True,
+        help_text="A server reached over streamable HTTP: its endpoint (http://host:8000/mcp).",
+    )
+    command = models.TextField(
+        blank=True,
+        help_text=(
+            "Or a server run as a command, speaking MCP on its standard input and output: run with /bin/sh -c in the "
+            "workspace's sandbox, as the sandbox user, as the model's commands are (npx -y @scope/server .)."
+        ),
+    )
+    read_only_folders = models.TextField(
+        blank=True,
+        help_text="Folders the command may read, one per line (where the server is installed: /opt/mcp/wiki).",
+    )
     bearer_token = models.CharField(
         max_length=500, blank=True, help_text="Sent as Authorization: Bearer … where the server asks for one."
     )
@@ -100,11 +118,30 @@ class McpServer(models.Model):
 
     class Meta:
         ordering = ["workspace", "name"]
-        constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="mcp_server_unique_name")]
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "name"], name="mcp_server_unique_name"),
+            models.CheckConstraint(
+                condition=(models.Q(url="") & ~models.Q(command="")) | (~models.Q(url="") & models.Q(command="")),
+                name="mcp_server_url_or_command",
+            ),
+        ]
         verbose_name = "MCP server"
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        if bool(self.url) == bool(self.command.strip()):
+            raise ValidationError("Give the server's URL or its command, one of the two.")
+        for folder in self.folders:
+            if not os.path.isabs(folder) or os.path.normpath(folder) == "/":
+                raise ValidationError({"read_only_folders": f"{folder}: give absolute folders, not / itself."})
+
+    @property
+    def folders(self) -> tuple[str, ...]:
+        """The folders its command may read, each once."""
+        listed = (line.strip() for line in self.read_only_folders.splitlines())
+        return tuple(dict.fromkeys(os.path.normpath(folder) for folder in listed if folder))
 
 
 DEFAULT_ENDPOINT_NAME = "default"

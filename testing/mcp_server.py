@@ -3,15 +3,19 @@
 ``python -m testing.mcp_server --http PORT`` serves it over streamable HTTP at ``http://127.0.0.1:PORT/mcp``;
 ``python -m testing.mcp_server`` over stdio. Its tools: ``lookup(term)`` (read-only), ``record(text)`` (writes),
 ``slow(seconds)`` (read-only; sleeps, for Stop and timeouts), ``fail()`` (answers an error), ``lines(count)``
-(read-only; that many lines, for the cap). ``--instructions TEXT`` sets what it tells a client it should know;
-``--without NAME`` leaves a tool out (a server that dropped one).
+(read-only; that many lines, for the cap), ``where(paths)`` (read-only; its user, folder and the paths it sees).
+``--instructions TEXT`` sets what it tells a client it should know; ``--without NAME`` leaves a tool out (a server
+that dropped one).
 
-``McpHttpServer`` runs it in a process of its own on a free port for the length of a ``with``.
+``McpHttpServer`` runs it in a process of its own on a free port for the length of a ``with``; ``sandbox_command``
+is the command that runs it over stdio in a workspace's sandbox, with the folders it must read there.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import socket
 import subprocess
 import sys
@@ -59,17 +63,35 @@ def build(*, instructions: str = INSTRUCTIONS, without: Sequence[str] = ()) -> o
         """That many numbered lines."""
         return "\n".join(f"line {n}" for n in range(1, count + 1))
 
+    async def where(paths: list[str]) -> str:
+        """Who the server runs as, where, and which of ``paths`` it can see."""
+        seen = {path: os.path.exists(path) for path in paths}
+        return json.dumps({"uid": os.getuid(), "cwd": os.getcwd(), "sees": seen}, sort_keys=True)
+
     tools: dict[str, tuple[Any, ToolAnnotations | None]] = {
         "lookup": (lookup, reading),
         "record": (record, None),
         "slow": (slow, reading),
         "fail": (fail, None),
         "lines": (lines, reading),
+        "where": (where, reading),
     }
     for name, (function, hints) in tools.items():
         if name not in without:
             server.tool(name=name, annotations=hints)(function)
     return server
+
+
+def sandbox_command(tag: str = "") -> tuple[str, tuple[str, ...]]:
+    """The command that serves it over stdio inside a sandbox (the system's Python 3, this project's packages on
+    its path), and the folders it reads: the packages and this folder, bound read-only. ``tag`` marks its command
+    line, so a test finds its own processes."""
+    import mcp
+
+    packages = str(Path(mcp.__file__).resolve().parent.parent)
+    command = f"PYTHONPATH={packages}:{ROOT} exec /usr/bin/python3 -m testing.mcp_server"
+    command += f" --without={tag}" if tag else ""
+    return command, (packages, str(ROOT / "testing"))
 
 
 def free_port() -> int:

@@ -5,12 +5,15 @@ by Stop. Async: the worker's reply loop awaits them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from chat.agent.mcp_stdio import sandboxed_stdio
 from chat.agent.model.cancel import Cancel
+from chat.tools.context import ToolContext
 from sessions_app.tool_names import offered_name
 
 
@@ -77,17 +80,28 @@ def tool_schema(server: str, tool: McpTool) -> dict[str, Any] | None:
     return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
 
 
-async def mcp_listing(*, url: str, token: str, timeout: float) -> McpListing:
+@dataclass(frozen=True)
+class McpAddress:
+    """Where a server is: its streamable-HTTP ``url`` (with a bearer ``token``), or a ``command`` run in the
+    sandbox of ``workspace``'s folder, the folders ``read_only`` bound read-only in it."""
+
+    url: str = ""
+    token: str = ""
+    command: str = ""
+    read_only: tuple[str, ...] = ()
+    workspace: ToolContext | None = None
+
+
+async def mcp_listing(address: McpAddress, *, timeout: float) -> McpListing:
     """Ask the server for its tools and instructions."""
-    listing = await _connected(url, token, timeout, None, None)
+    listing = await _connected(address, timeout, None, None)
     assert isinstance(listing, McpListing)
     return listing
 
 
 async def mcp_call(
+    address: McpAddress,
     *,
-    url: str,
-    token: str,
     tool: str,
     arguments: Mapping[str, Any],
     timeout: float,
@@ -96,7 +110,7 @@ async def mcp_call(
 ) -> McpAnswer:
     """Call ``tool`` (where ``only_reading``, only if the server marks it read-only); its answer as text. Raises
     :class:`McpUnreachable`, :class:`McpTimedOut` or :class:`McpStopped`."""
-    answer = await _connected(url, token, timeout, _Call(tool, dict(arguments), only_reading), cancel)
+    answer = await _connected(address, timeout, _Call(tool, dict(arguments), only_reading), cancel)
     assert isinstance(answer, McpAnswer)
     return answer
 
@@ -108,8 +122,8 @@ class _Call:
     only_reading: bool
 
 
-async def _connected(url: str, token: str, timeout: float, call: _Call | None, cancel: Cancel | None) -> Any:
-    task = asyncio.ensure_future(_session(url, token, call))
+async def _connected(address: McpAddress, timeout: float, call: _Call | None, cancel: Cancel | None) -> Any:
+    task = asyncio.ensure_future(_session(address, call))
     loop = asyncio.get_running_loop()
     stopped = False
 
@@ -137,17 +151,24 @@ class _nothing:
         return None
 
 
-async def _session(url: str, token: str, call: _Call | None) -> McpListing | McpAnswer:
+async def _session(address: McpAddress, call: _Call | None) -> McpListing | McpAnswer:
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers = {"Authorization": f"Bearer {address.token}"} if address.token else {}
+    ended: list[str] = []
     try:
-        async with (
-            httpx2.AsyncClient(headers=headers) as http,
-            Client(streamable_http_client(url, http_client=http), mode="legacy", cache=None) as client,
-        ):
+        async with contextlib.AsyncExitStack() as stack:
+            if address.command:
+                assert address.workspace is not None
+                transport: Any = sandboxed_stdio(
+                    address.command, address.workspace, read_only=address.read_only, ended=ended
+                )
+            else:
+                http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers))
+                transport = streamable_http_client(address.url, http_client=http)
+            client = await stack.enter_async_context(Client(transport, mode="legacy", cache=None))
             listed = await client.list_tools()
             listing = McpListing(tuple(_tool(tool) for tool in listed.tools), client.instructions or "")
             if call is None:
@@ -162,7 +183,7 @@ async def _session(url: str, token: str, call: _Call | None) -> McpListing | Mcp
     except asyncio.CancelledError:
         raise
     except BaseException as error:  # the SDK's task groups raise groups of what went wrong
-        raise McpUnreachable(_reason(error)) from None
+        raise McpUnreachable(f"its command ended: {ended[0]}" if ended else _reason(error)) from None
 
 
 def _tool(tool: Any) -> McpTool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from chat.agent.mcp import McpListing, McpStopped, McpTimedOut, McpUnreachable, mcp_call
+from chat.agent.mcp import McpAddress, McpListing, McpStopped, McpTimedOut, McpUnreachable, mcp_call
 from chat.agent.model.cancel import Cancel
 from chat.tools.context import ToolContext
 from chat.tools.errors import one_line
@@ -23,8 +23,7 @@ class McpPlanned:
 
     server_id: int
     server: str
-    url: str
-    token: str
+    address: McpAddress
     timeout: float
     name: str
     tool: str
@@ -39,6 +38,13 @@ class McpRefused:
 
     arguments: object
     outcome: ErrorOutcome
+
+
+def mcp_address(server: McpServer, workspace: ToolContext) -> McpAddress:
+    """Where ``server`` is; a command runs in ``workspace``'s sandbox."""
+    if server.command.strip():
+        return McpAddress(command=server.command, read_only=server.folders, workspace=workspace)
+    return McpAddress(url=server.url, token=server.bearer_token)
 
 
 def mcp_planned(name: str, raw_arguments: str, ctx: ToolContext, *, workspace_id: int) -> McpPlanned | McpRefused:
@@ -56,8 +62,7 @@ def mcp_planned(name: str, raw_arguments: str, ctx: ToolContext, *, workspace_id
     return McpPlanned(
         server.pk,
         server_name,
-        server.url,
-        server.bearer_token,
+        mcp_address(server, ctx),
         float(server.call_timeout),
         name,
         tool,
@@ -75,8 +80,7 @@ async def mcp_outcome(
     name, server = planned.name, planned.server
     try:
         answer = await mcp_call(
-            url=planned.url,
-            token=planned.token,
+            planned.address,
             tool=planned.tool,
             arguments=planned.arguments,
             timeout=planned.timeout,

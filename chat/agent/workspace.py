@@ -38,24 +38,36 @@ def workspace_root(session: ChatSession) -> Path:
 
 def workspace_context(session: ChatSession, *, config: ContextConfig | None = None) -> ToolContext:
     """The session's workspace as the tools see it, outside any reply (nothing seen yet)."""
-    loop = prompts.loop_settings()
-    return ToolContext(
+    return replace(
+        folder_context(session.workspace, config=config),
         root=workspace_root(session),
-        config=config or prompts.rules_config(),
         mode=session.mode,
         tools=listed_names(json.loads(current_generation(session).tools_json)),
-        allow_commands=session.workspace.allow_commands,
-        last_seen_sha=lambda abs_path: None,
         recall=lambda number: stored_full_text(session, number),
+    )
+
+
+def folder_context(workspace: Workspace, *, config: ContextConfig | None = None) -> ToolContext:
+    """A workspace as the tools see it outside any session: no tools listed, nothing to recall (an MCP server's
+    command asked for its tools runs in it)."""
+    loop = prompts.loop_settings()
+    return ToolContext(
+        root=Path(workspace.folder),
+        config=config or prompts.rules_config(),
+        mode="edit",
+        tools=(),
+        allow_commands=workspace.allow_commands,
+        last_seen_sha=lambda abs_path: None,
+        recall=lambda number: None,
         run_timeout=loop.run_timeout,
         run_max_timeout=loop.run_max_timeout,
         edit_max_bytes=loop.edit_max_bytes,
         grep_timeout=loop.grep_timeout,
         grep_max_bytes=loop.grep_max_bytes,
-        allow_network=session.workspace.allow_network,
+        allow_network=workspace.allow_network,
         sandbox=sandbox_settings(),
-        disk_quota=session.workspace.disk_quota_bytes,
-        roots=workspace_roots_for(workspace=session.workspace),
+        disk_quota=workspace.disk_quota_bytes,
+        roots=workspace_roots_for(workspace=workspace),
         documents=document_settings(),
     )
 

@@ -132,6 +132,15 @@ def execute(command: str, timeout: int, ctx: ToolContext) -> Ran:
     """Run ``command`` in the sandbox to its end, reading its output as it comes. Whatever it left running is
     killed. The workspace is opened once for the call; a walk of it finds its repositories and what it holds, and
     where it has a quota, no file the command writes may hold more than the space left."""
+    with command_workspace(ctx) as (workspace, watch):
+        ending, code, kept, seconds = _execute(command, timeout, ctx, workspace, watch)
+    return Ran(ending, code, kept, seconds, watch.used, tuple(watch.disarmed))
+
+
+@contextlib.contextmanager
+def command_workspace(ctx: ToolContext) -> Iterator[tuple[Workspace, _Watch]]:
+    """The workspace opened for a command (``run``'s, or an MCP server's): the sandbox's view of it, and its watch,
+    which walks it once more when the command has ended (its quota kept, a git folder it made disarmed)."""
     try:
         root = Root(ctx)
     except OSError as error:
@@ -146,10 +155,9 @@ def execute(command: str, timeout: int, ctx: ToolContext) -> Ran:
         limit = None if ctx.disk_quota is None else max(ctx.disk_quota, found.used)
         watch = _Watch(root, limit, set(found.git_folders))
         try:
-            ending, code, kept, seconds = _execute(command, timeout, ctx, workspace, watch)
+            yield workspace, watch
         finally:
             watch.walk()
-        return Ran(ending, code, kept, seconds, watch.used, tuple(watch.disarmed))
 
 
 @dataclass

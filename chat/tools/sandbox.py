@@ -393,6 +393,7 @@ class _Call:
     info_fd: int
     root_fd: int
     guards: tuple[Guard, ...]
+    read_only: tuple[str, ...] = ()
 
 
 def git_config(root: str) -> bytes:
@@ -424,6 +425,8 @@ def _bwrap_argv(command: str, root: str, ctx: ToolContext, call: _Call, data_fds
             args += ["--tmpfs", hidden]
     for guard in call.guards:
         args += ["--ro-bind-fd" if guard.read_only else "--bind-fd", str(guard.fd), guard.path]
+    for folder in call.read_only:
+        args += ["--ro-bind", folder, folder]
     return [*args, "--chdir", root, "--info-fd", str(call.info_fd), "--", "/bin/sh", "-c", command]
 
 
@@ -483,9 +486,20 @@ class Workspace:
 
 
 @contextlib.contextmanager
-def sandboxed(command: str, workspace: Workspace, output_fd: int, ctx: ToolContext) -> Iterator[Sandboxed]:
-    """Start ``command`` in the sandbox with its limits, its output going to ``output_fd``. On leaving,
-    whatever is left of it is killed and the call's cgroups are removed."""
+def sandboxed(
+    command: str,
+    workspace: Workspace,
+    output_fd: int,
+    ctx: ToolContext,
+    *,
+    input_pipe: tuple[int, int] | None = None,
+    errors_fd: int | None = None,
+    read_only: tuple[str, ...] = (),
+) -> Iterator[Sandboxed]:
+    """Start ``command`` in the sandbox with its limits, its output going to ``output_fd`` (its errors too, unless
+    ``errors_fd``), and the folders ``read_only`` bound read-only at their own paths. It reads nothing, or, given
+    ``input_pipe`` (its read and write ends), what the caller writes to that pipe after the line that lets it start,
+    which is written there. On leaving, whatever is left of it is killed and the call's cgroups are removed."""
     config = ctx.config
     root = workspace.path
     identity = command_identity(ctx.sandbox, config)
@@ -518,9 +532,9 @@ def sandboxed(command: str, workspace: Workspace, output_fd: int, ctx: ToolConte
         info_read, info_write = os.pipe()
         closing.callback(os.close, info_read)
         os.set_blocking(info_read, False)
-        gate_read, gate_write = os.pipe()
+        gate_read, gate_write = os.pipe() if input_pipe is None else (input_pipe[0], os.dup(input_pipe[1]))
         try:
-            call = _Call(identity, flags, info_write, workspace.fd, tuple(guards.items))
+            call = _Call(identity, flags, info_write, workspace.fd, tuple(guards.items), read_only)
             argv = _bwrap_argv(command, root, ctx, call, data_fds)
             process = subprocess.Popen(
                 ["/bin/sh", "-c", GATE, "cachet-run", *argv],
@@ -528,7 +542,7 @@ def sandboxed(command: str, workspace: Workspace, output_fd: int, ctx: ToolConte
                 env=environment(root),
                 stdin=gate_read,
                 stdout=output_fd,
-                stderr=subprocess.STDOUT,
+                stderr=subprocess.STDOUT if errors_fd is None else errors_fd,
                 pass_fds=(info_write, workspace.fd, *data_fds, *(guard.fd for guard in guards.items)),
                 start_new_session=True,
             )
@@ -536,7 +550,8 @@ def sandboxed(command: str, workspace: Workspace, output_fd: int, ctx: ToolConte
             os.close(gate_write)
             raise ToolError(config.error("command_failed", detail=error.strerror or str(error))) from None
         finally:
-            os.close(gate_read)
+            if input_pipe is None:  # the caller's input pipe stays the caller's to close
+                os.close(gate_read)
             os.close(info_write)
         running = Sandboxed(process, info_read)
         try:

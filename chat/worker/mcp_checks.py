@@ -8,15 +8,18 @@ from asgiref.sync import ThreadSensitiveContext
 from django.db import close_old_connections
 
 from chat.agent.loop import close_connection, store
-from chat.agent.mcp import McpTimedOut, McpUnreachable, mcp_listing
+from chat.agent.mcp import McpAddress, McpTimedOut, McpUnreachable, mcp_listing
+from chat.agent.mcp_calls import mcp_address
+from chat.agent.workspace import folder_context
 from sessions_app.models import McpServer
 from sessions_app.services.mcp import mcp_server_failed, mcp_server_listed
 
 CHECK_TIMEOUT = 15.0
 
 
-def _server(server_id: int) -> McpServer | None:
-    return McpServer.objects.filter(pk=server_id).first()
+def _address(server_id: int) -> McpAddress | None:
+    server = McpServer.objects.select_related("workspace").filter(pk=server_id).first()
+    return None if server is None else mcp_address(server, folder_context(server.workspace))
 
 
 async def run(server_id: int) -> None:
@@ -24,11 +27,11 @@ async def run(server_id: int) -> None:
     async with ThreadSensitiveContext():
         await store(close_old_connections)
         try:
-            server = await store(_server, server_id)
-            if server is None:
+            address = await store(_address, server_id)
+            if address is None:
                 return
             try:
-                listing = await mcp_listing(url=server.url, token=server.bearer_token, timeout=CHECK_TIMEOUT)
+                listing = await mcp_listing(address, timeout=CHECK_TIMEOUT)
             except McpUnreachable as error:
                 await store(mcp_server_failed, server_id=server_id, problem=str(error))
             except McpTimedOut:

@@ -5,8 +5,10 @@ a tool or is switched off, Stop and the time limit, and its instructions in the 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,14 +21,14 @@ from chat.agent.workspace import session_tools
 from chat.worker import mcp_checks
 from sessions_app.models import ChatSession, McpServer, ModelEndpoint, Result, TurnStatus, Workspace
 from sessions_app.services.sessions import session_start
-from testing.mcp_server import INSTRUCTIONS, McpHttpServer
+from testing.mcp_server import INSTRUCTIONS, ROOT, McpHttpServer, sandbox_command
 from testing.scripted_server import ScriptedServer, Step
 from tests.agent.loop_helpers import run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FAST = Timeouts(connect=2.0, first_token=2.0, between_chunks=1.0)
-NOTES_TOOLS = ["notes__lookup", "notes__record", "notes__slow", "notes__fail", "notes__lines"]
+NOTES_TOOLS = ["notes__lookup", "notes__record", "notes__slow", "notes__fail", "notes__lines", "notes__where"]
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +64,17 @@ def _tool_names(body: bytes) -> list[str]:
     return [tool["function"]["name"] for tool in json.loads(body)["tools"]]
 
 
+def _running(tag: str, *, within: float) -> list[str]:
+    """The command lines of processes marked ``tag``, once one runs or ``within`` seconds have passed."""
+    deadline = time.monotonic() + within
+    while True:
+        listed = os.popen("ps -ww -eo args").read().splitlines()
+        found = [line for line in listed if tag in line and "ps -ww" not in line]
+        if found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.05)
+
+
 def _results(session: ChatSession) -> list[str]:
     return list(Result.objects.filter(session=session).order_by("number").values_list("inserted_text", flat=True))
 
@@ -85,7 +98,7 @@ def test_the_servers_tools_are_fixed_with_the_session_and_a_call_answers_with_an
     assert second.status == TurnStatus.DONE, second.error
     assert "MCP server" not in second.message  # stated once, and unchanged since
     names = _tool_names(scripted.requests[0])
-    assert names[-5:] == NOTES_TOOLS and names[0] == "read"
+    assert names[-6:] == NOTES_TOOLS and names[0] == "read"
     tools = [json.dumps(json.loads(body)["tools"]) for body in scripted.requests]
     assert len(set(tools)) == 1, "every request sends the same tool list"
     assert _results(session) == [
@@ -199,3 +212,75 @@ def test_a_session_in_another_workspace_is_not_offered_the_servers_tools(
     run(_loop(session).send("Try.", date="2026-12-08"))
     assert not any(name.startswith("notes__") for name in _tool_names(scripted.requests[0]))
     assert _results(session)[0].startswith("[#0001] There is no tool named notes__lookup.")
+
+
+def test_a_server_run_as_a_command_runs_in_the_workspaces_sandbox(
+    scripted: ScriptedServer, user: Any, workspace: Workspace, workspace_dir: Any
+) -> None:
+    """Over stdio: the official SDK's server, started by the system's Python in the sandbox ``run`` uses, as the
+    sandbox user, in the workspace; it sees the folders staff bound read-only and nothing else of the host."""
+    tag = f"where-{uuid.uuid4().hex}"
+    command, folders = sandbox_command(tag)
+    server = McpServer.objects.create(
+        workspace=workspace, name="notes", command=command, read_only_folders="\n".join(folders)
+    )
+    async_to_sync(mcp_checks.run)(server.pk)
+    server.refresh_from_db()
+    assert server.problem == "", server.problem
+    assert server.instructions == INSTRUCTIONS
+    session = _session(user, workspace, scripted)
+    secret = str(ROOT / ".cachet")
+    probe = {"paths": [str(workspace_dir), "/root", secret, folders[0], "/etc/shadow"]}
+    scripted.push(Step(tool_calls=[("notes__lookup", {"term": "stdio"}), ("notes__where", probe)]), Step(text="ok"))
+    turn = run(_loop(session).send("Where are you?", date="2026-12-08")).turn
+    assert turn.status == TurnStatus.DONE, turn.error
+    looked, where = _results(session)
+    assert looked == "[#0001]\nnotes on stdio: ship on Friday"
+    seen = json.loads(where.split("\n", 1)[1])
+    assert seen["uid"] != 0 and seen["cwd"] == str(workspace_dir)
+    assert seen["sees"] == {
+        str(workspace_dir): True,
+        "/root": False,
+        secret: False,
+        folders[0]: True,
+        "/etc/shadow": False,
+    }
+    assert not [
+        line
+        for line in os.popen("ps -ww -eo args").read().splitlines()
+        if "testing.mcp_server" in line and "-m" in line and "http" not in line
+    ]
+
+
+def test_a_command_that_is_no_mcp_server_is_said_so(scripted: ScriptedServer, user: Any, workspace: Workspace) -> None:
+    server = McpServer.objects.create(workspace=workspace, name="broken", command="echo 'no such server' >&2; exit 3")
+    async_to_sync(mcp_checks.run)(server.pk)
+    server.refresh_from_db()
+    assert server.problem == "its command ended: no such server"
+    assert server.tools_json == ""
+
+
+def test_stop_kills_a_command_server_with_everything_it_started(
+    scripted: ScriptedServer, user: Any, workspace: Workspace
+) -> None:
+    tag = f"stop-{uuid.uuid4().hex}"
+    command, folders = sandbox_command(tag)
+    server = McpServer.objects.create(
+        workspace=workspace, name="notes", command=command, read_only_folders="\n".join(folders)
+    )
+    async_to_sync(mcp_checks.run)(server.pk)
+    session = _session(user, workspace, scripted)
+    scripted.push(Step(tool_calls=[("notes__slow", {"seconds": 60})]), Step(text="never asked"))
+    seen: list[str] = []
+    watching = threading.Thread(target=lambda: seen.extend(_running(tag, within=10)), daemon=True)
+    watching.start()
+    cancel = Cancel()
+    threading.Timer(2.0, cancel.set).start()
+    started = time.monotonic()
+    turn = run(_loop(session, cancel=cancel).send("Wait.", date="2026-12-08")).turn
+    assert time.monotonic() - started < 15
+    assert turn.status == TurnStatus.INTERRUPTED
+    assert _results(session) == ["[#0001] Stopped: notes__slow had not answered yet."]
+    watching.join(5)
+    assert seen, "the server's command never ran"
+    assert list(_running(tag, within=0)) == []  # ended with the call, and all it started
