@@ -811,3 +811,33 @@ def test_stop_ends_a_running_command_and_everything_it_started(ws: Path, make_ct
     output = ran(ctx, f"echo started; sleep 1000.{mark} & touch started; sleep 1000.{mark}")
     assert re.fullmatch(r"started\n\[stopped after \d+ s\]", output), output
     assert gone(mark)
+
+
+def test_a_command_given_an_input_pipe_reads_what_follows_the_gate_and_folders_bound_read_only(
+    ws: Path, ctx: ToolContext, tmp_path: Path
+) -> None:
+    """How an MCP server's command runs: its input a pipe the caller writes after the gate line the sandbox writes
+    there first, and folders staff named bound read-only at their own paths (readable, never writable)."""
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "tool.txt").write_text("installed\n")
+    shared = for_commands(tmp_path / "shared")  # the sandbox user's own: only the binding keeps it from writing
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    command = (
+        f'read -r line; echo "got $line"; cat {shared}/tool.txt; (echo x > {shared}/new) 2>/dev/null || echo refused'
+    )
+    with (
+        RUN_MODULE.command_workspace(ctx) as (workspace, _),
+        sandbox_module.sandboxed(
+            command, workspace, out_write, ctx, input_pipe=(in_read, in_write), read_only=(str(shared),)
+        ) as running,
+    ):
+        os.close(out_write)
+        os.close(in_read)
+        os.write(in_write, b"hello\n")
+        os.close(in_write)
+        running.process.wait(20)
+    output = os.read(out_read, 65536).decode()
+    os.close(out_read)
+    assert output == "got hello\ninstalled\nrefused\n"
+    assert not (shared / "new").exists()
