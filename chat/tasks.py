@@ -59,3 +59,20 @@ async def mcp_server_check(*, server_id: int) -> None:
     from chat.worker import mcp_checks
 
     await mcp_checks.run(server_id)
+
+
+def _mcp_server_saved(sender: type[Any], instance: Any, **kwargs: Any) -> None:
+    """A server staff added or changed is asked for its tools once the change is committed."""
+    from django.db import transaction
+
+    server_id = instance.pk
+    transaction.on_commit(lambda: mcp_server_check.defer(server_id=server_id))
+
+
+def connect() -> None:
+    """Ask each MCP server saved (in the admin, or by any other save) for its tools."""
+    from django.db.models.signals import post_save
+
+    from sessions_app.models import McpServer
+
+    post_save.connect(_mcp_server_saved, sender=McpServer, dispatch_uid="cachet.mcp_server_saved")

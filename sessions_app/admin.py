@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,7 +11,6 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
-from django.db import transaction
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
@@ -287,9 +287,7 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return not lookup.startswith("bearer_token") and super().lookup_allowed(lookup, value, request)
 
     def save_model(self, request: HttpRequest, obj: McpServer, form: Any, change: bool) -> None:
-        super().save_model(request, obj, form, change)
-        server_id = obj.pk
-        transaction.on_commit(lambda: _check_mcp_server(server_id))
+        super().save_model(request, obj, form, change)  # saved, a worker asks it for its tools (chat.tasks)
         self.message_user(request, f"{obj.name} is being asked for its tools: reload this page in a moment.")
 
     @admin.display(description="URL or command")
@@ -298,23 +296,14 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="tools offered to new sessions")
     def tools_offered(self, obj: McpServer) -> str:
-        from chat.agent.mcp import tools_of
-
-        tools = tools_of(obj.tools_json)
         if not obj.checked_at:
             return "not asked yet"
         names = [
-            (offered_name(obj.name, tool.name) or f"{tool.name} (name not usable)")
-            + (" (read-only)" if tool.read_only else "")
-            for tool in tools
+            (offered_name(obj.name, tool["name"]) or f"{tool['name']} (name not usable)")
+            + (" (read-only)" if tool.get("read_only") else "")
+            for tool in json.loads(obj.tools_json or "[]")
         ]
         return ", ".join(names) or "none"
-
-
-def _check_mcp_server(server_id: int) -> None:
-    from chat.tasks import mcp_server_check
-
-    mcp_server_check.defer(server_id=server_id)
 
 
 admin.site.site_header = "Cachet administration"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -69,6 +70,13 @@ class Workspace(models.Model):
         return self.disk_quota_mb * 1024 * 1024 if self.disk_quota_mb else None
 
 
+def http_url(value: str) -> None:
+    """An http or https URL with a host, any host (a container's name too: ``http://wiki-mcp:8000/mcp``)."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
+        raise ValidationError("Enter an http:// or https:// URL with a host.")
+
+
 MCP_NAME = RegexValidator(
     r"^[a-z][a-z0-9-]{0,19}$", "Lowercase letters, digits and dashes, starting with a letter, at most 20."
 )
@@ -85,10 +93,11 @@ class McpServer(models.Model):
         validators=[MCP_NAME],
         help_text="Its tools are offered to the model as NAME__TOOL (wiki__search): lowercase, digits and dashes.",
     )
-    url = models.URLField(
+    url = models.CharField(
         max_length=500,
         blank=True,
-        help_text="A server reached over streamable HTTP: its endpoint (http://host:8000/mcp).",
+        validators=[http_url],
+        help_text="A server reached over streamable HTTP: its endpoint (http://wiki-mcp:8000/mcp).",
     )
     command = models.TextField(
         blank=True,

@@ -11,9 +11,10 @@ from django.contrib import admin
 from django.db.models import Model, ProtectedError
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from sessions_app.hygiene.outcomes import OutputOutcome
-from sessions_app.models import ChatSession, Generation, ModelEndpoint, ModelRequest, Result, Workspace
+from sessions_app.models import ChatSession, Generation, McpServer, ModelEndpoint, ModelRequest, Result, Workspace
 from sessions_app.services.requests import request_record_cache_check
 from sessions_app.services.results import result_insert
 from sessions_app.services.turns import step_record, turn_start
@@ -451,3 +452,30 @@ def test_the_default_endpoints_page_says_when_the_environment_sets_its_url(staff
     )
     other_page = reverse("admin:sessions_app_modelendpoint_change", args=[other.pk])
     assert "CACHET_MODEL_URL sets" not in staff.get(other_page).content.decode()
+
+
+def test_staff_add_an_mcp_server_by_url_or_command_and_a_worker_is_asked_to_list_it(
+    staff: Client, workspace: Workspace, django_capture_on_commit_callbacks: Any
+) -> None:
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    add = reverse("admin:sessions_app_mcpserver_add")
+    fields = {"workspace": workspace.pk, "name": "wiki", "call_timeout": 60, "enabled": "on", "read_only_folders": ""}
+    both = staff.post(add, {**fields, "url": "http://wiki:8000/mcp", "command": "wiki-mcp"})
+    assert "Give the server&#x27;s URL or its command, one of the two." in both.content.decode()
+    bad_name = staff.post(add, {**fields, "name": "Wiki_2", "url": "http://wiki:8000/mcp"})
+    assert "Lowercase letters, digits and dashes" in bad_name.content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        saved = staff.post(add, {**fields, "url": "http://wiki:8000/mcp", "bearer_token": "tok-secret-9"})
+    assert saved.status_code == 302
+    server = McpServer.objects.get(name="wiki")
+    assert server.bearer_token == "tok-secret-9"
+    assert ProcrastinateJob.objects.filter(task_name="cachet.mcp_server_check", args={"server_id": server.pk}).exists()
+    page = staff.get(reverse("admin:sessions_app_mcpserver_change", args=[server.pk])).content.decode()
+    assert "tok-secret-9" not in page and "not asked yet" in page
+    McpServer.objects.filter(pk=server.pk).update(
+        tools_json='[{"name": "search", "description": "", "input_schema": {}, "read_only": true}]',
+        checked_at=timezone.now(),
+    )
+    listed = staff.get(reverse("admin:sessions_app_mcpserver_changelist")).content.decode()
+    assert "wiki__search (read-only)" in listed
