@@ -123,32 +123,22 @@ class _Call:
 
 
 async def _connected(address: McpAddress, timeout: float, call: _Call | None, cancel: Cancel | None) -> Any:
-    task = asyncio.ensure_future(_session(address, call))
+    """The session's answer within ``timeout``; Stop (``cancel``, set from any thread) ends it at once, as if its
+    time were up, and says so."""
     loop = asyncio.get_running_loop()
     stopped = False
-
-    def stop() -> None:
-        nonlocal stopped
-        stopped = True
-        loop.call_soon_threadsafe(task.cancel)
-
     try:
-        with cancel.hooked(stop) if cancel is not None else _nothing():
-            return await asyncio.wait_for(task, timeout)
+        async with asyncio.timeout(timeout) as limit:
+
+            def stop() -> None:
+                nonlocal stopped
+                stopped = True
+                loop.call_soon_threadsafe(limit.reschedule, loop.time())
+
+            with cancel.hooked(stop) if cancel is not None else contextlib.nullcontext():
+                return await _session(address, call)
     except TimeoutError:
-        raise McpTimedOut() from None
-    except asyncio.CancelledError:
-        if stopped:
-            raise McpStopped() from None
-        raise
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+        raise McpStopped() if stopped else McpTimedOut() from None
 
 
 async def _session(address: McpAddress, call: _Call | None) -> McpListing | McpAnswer:
@@ -183,6 +173,9 @@ async def _session(address: McpAddress, call: _Call | None) -> McpListing | McpA
     except asyncio.CancelledError:
         raise
     except BaseException as error:  # the SDK's task groups raise groups of what went wrong
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():  # the time is up, or Stop: a group holding the cancel
+            raise asyncio.CancelledError() from None
         raise McpUnreachable(f"its command ended: {ended[0]}" if ended else _reason(error)) from None
 
 

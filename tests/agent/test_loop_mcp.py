@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
+from procrastinate.contrib.django.models import ProcrastinateJob
 
 from chat.agent.loop import ReplyLoop
 from chat.agent.model import Cancel, Timeouts
@@ -37,8 +38,10 @@ def notes() -> Iterator[McpHttpServer]:
         yield server
 
 
-def _server(workspace: Workspace, url: str, **fields: Any) -> McpServer:
-    server = McpServer.objects.create(workspace=workspace, name="notes", url=url, **fields)
+def _server(workspace: Workspace, url: str = "", **fields: Any) -> McpServer:
+    """A server staff saved, asked for its tools here as a worker would (the job its save queued is dropped)."""
+    server = McpServer.objects.create(workspace=workspace, url=url, **{"name": "notes", **fields})
+    ProcrastinateJob.objects.filter(task_name="cachet.mcp_server_check").delete()
     async_to_sync(mcp_checks.run)(server.pk)
     server.refresh_from_db()
     return server
@@ -221,11 +224,7 @@ def test_a_server_run_as_a_command_runs_in_the_workspaces_sandbox(
     sandbox user, in the workspace; it sees the folders staff bound read-only and nothing else of the host."""
     tag = f"where-{uuid.uuid4().hex}"
     command, folders = sandbox_command(tag)
-    server = McpServer.objects.create(
-        workspace=workspace, name="notes", command=command, read_only_folders="\n".join(folders)
-    )
-    async_to_sync(mcp_checks.run)(server.pk)
-    server.refresh_from_db()
+    server = _server(workspace, command=command, read_only_folders="\n".join(folders))
     assert server.problem == "", server.problem
     assert server.instructions == INSTRUCTIONS
     session = _session(user, workspace, scripted)
@@ -253,9 +252,7 @@ def test_a_server_run_as_a_command_runs_in_the_workspaces_sandbox(
 
 
 def test_a_command_that_is_no_mcp_server_is_said_so(scripted: ScriptedServer, user: Any, workspace: Workspace) -> None:
-    server = McpServer.objects.create(workspace=workspace, name="broken", command="echo 'no such server' >&2; exit 3")
-    async_to_sync(mcp_checks.run)(server.pk)
-    server.refresh_from_db()
+    server = _server(workspace, name="broken", command="echo 'no such server' >&2; exit 3")
     assert server.problem == "its command ended: no such server"
     assert server.tools_json == ""
 
@@ -265,10 +262,7 @@ def test_stop_kills_a_command_server_with_everything_it_started(
 ) -> None:
     tag = f"stop-{uuid.uuid4().hex}"
     command, folders = sandbox_command(tag)
-    server = McpServer.objects.create(
-        workspace=workspace, name="notes", command=command, read_only_folders="\n".join(folders)
-    )
-    async_to_sync(mcp_checks.run)(server.pk)
+    _server(workspace, command=command, read_only_folders="\n".join(folders))
     session = _session(user, workspace, scripted)
     scripted.push(Step(tool_calls=[("notes__slow", {"seconds": 60})]), Step(text="never asked"))
     seen: list[str] = []
