@@ -32,6 +32,7 @@ from sessions_app.models import (
     Upload,
 )
 from sessions_app.selectors.sessions import compactions, turn_position
+from sessions_app.tool_names import split_name
 
 TARGET_KEYS = ("path", "pattern", "command", "id", "target")
 PRIMARY_KEY = {"grep": "pattern", "glob": "pattern", "run": "command", "recall": "id"}
@@ -75,7 +76,13 @@ def call_target(tool: str, arguments_raw: str) -> str:
             if key == "pattern" and isinstance(where, str) and where not in ("", "."):
                 text = f"{text} in {where}"
             return one_line(text, TARGET_CHARS)
+    if split_name(tool) is not None:  # an MCP server's tool: its arguments, whatever they are called
+        return one_line(", ".join(f"{key}: {_shown_value(value)}" for key, value in arguments.items()), TARGET_CHARS)
     return ""
+
+
+def _shown_value(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _diff_counts(diff: str) -> tuple[int, int]:

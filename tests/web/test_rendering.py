@@ -264,6 +264,8 @@ def test_call_targets() -> None:
     assert call_target("apply_patch", '{"patch": ' + __import__("json").dumps(patch) + "}") == "a.txt, b.txt"
     assert call_target("read", "not json") == "not json"
     assert call_target("list", "") == ""
+    assert call_target("wiki__search", '{"query": "release", "limit": 5}') == "query: release, limit: 5"
+    assert call_target("wiki__search", '{"path": "docs"}') == "docs"  # a path is a path, whoever's tool
 
 
 def test_the_highlighting_stylesheet_is_what_pygments_css_makes_with_dark_colours_scoped() -> None:
