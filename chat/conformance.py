@@ -13,6 +13,7 @@ import collections
 import json
 import os
 import posixpath
+import re
 import shutil
 import tempfile
 from collections.abc import AsyncGenerator, Mapping
@@ -27,13 +28,16 @@ from django.db import transaction
 from chat.agent.events import Compacted, ReplyEvent, RequestStarted, ResultStored, TurnEnded, TurnStarted
 from chat.agent.images import attached_image
 from chat.agent.loop import ReplyLoop, store
+from chat.agent.mcp import McpTimedOut, McpUnreachable, mcp_listing
+from chat.agent.mcp_calls import mcp_address
 from chat.agent.model import Cancel, Completion, StreamPiece, TextPiece, ToolCall, ToolCallPiece
 from chat.agent.uploads import UploadRefused, upload_write
-from chat.agent.workspace import sandbox_settings, session_tools
+from chat.agent.workspace import folder_context, sandbox_settings, session_tools
 from chat.tools.sandbox import give_to_commands
 from sessions_app import prompts
 from sessions_app.errors import StoreError
-from sessions_app.models import ChatSession, Generation, ModelEndpoint, RequestKind, Workspace
+from sessions_app.models import ChatSession, Generation, McpServer, ModelEndpoint, RequestKind, Workspace
+from sessions_app.services.mcp import mcp_server_listed
 from sessions_app.services.sessions import (
     session_model_switch,
     session_set_mode,
@@ -69,6 +73,8 @@ EXPECTATIONS = (
 )
 DEFAULT_DATE = "2026-01-01"
 MAX_STEPS = 100_000
+MCP_NAME_FORMAT = re.compile(r"[a-z][a-z0-9-]{0,19}")
+MCP_TIMEOUT = 30.0
 
 
 class FormatError(Exception):
@@ -120,6 +126,7 @@ def load_cases(path: Path) -> list[dict[str, Any]]:
             raise FormatError(f"{where}: window must be a whole number of tokens, at least 1")
         if not isinstance(case.get("images", False), bool):
             raise FormatError(f"{where}: images must be true or false")
+        _check_mcp(where, case.get("mcp", {}))
         steps = case.get("steps")
         if not isinstance(steps, list) or not steps:
             raise FormatError(f"{where} has no steps")
@@ -171,6 +178,41 @@ def _check_workspace(where: str, files: Any) -> None:
         if isinstance(spec, dict) and isinstance(spec.get("base64"), str) and _is_base64(spec["base64"]):
             continue
         raise FormatError(f"{where}: workspace entry {relative!r} is not a text, lines, symlink or base64")
+
+
+def _check_mcp(where: str, servers: Any) -> None:
+    """``mcp`` names scripted MCP servers: each an object with ``tools`` (a list of objects with a ``name``, and
+    optionally ``description``, ``read_only``, ``answer`` and ``error``) and optionally ``instructions``."""
+    if not isinstance(servers, dict):
+        raise FormatError(f"{where}: mcp must be an object of servers by name")
+    for name, server in servers.items():
+        tools = server.get("tools") if isinstance(server, dict) else None
+        if not MCP_NAME_FORMAT.fullmatch(str(name)) or not isinstance(tools, list):
+            raise FormatError(f"{where}: mcp server {name!r} needs a lowercase name and a list of tools")
+        if not isinstance(server.get("instructions", ""), str):
+            raise FormatError(f"{where}: mcp server {name!r}: instructions must be a text")
+        for tool in tools:
+            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str) or not tool["name"]:
+                raise FormatError(f"{where}: mcp server {name!r}: each tool needs a name")
+
+
+def _mcp_servers(folder: Path, servers: Mapping[str, Any], workspace: Workspace) -> None:
+    """The case's scripted MCP servers, each a command in the workspace's sandbox, asked for their tools now."""
+    scripts = folder / "mcp"
+    scripts.mkdir(mode=0o755)
+    shutil.copyfile(Path(__file__).with_name("mcp_scripted.py"), scripts / "mcp_scripted.py")
+    context = folder_context(workspace)
+    for name, server in servers.items():
+        (scripts / f"{name}.json").write_text(json.dumps({"name": name, **server}), encoding="utf-8")
+        command = f"exec python3 -I {scripts}/mcp_scripted.py {scripts}/{name}.json"
+        row = McpServer.objects.create(workspace=workspace, name=name, command=command, read_only_folders=str(scripts))
+        try:
+            listing = async_to_sync(mcp_listing)(mcp_address(row, context), timeout=MCP_TIMEOUT)
+        except (McpUnreachable, McpTimedOut) as error:
+            raise FormatError(f"the MCP server {name} did not answer: {error or 'no answer in time'}") from None
+        mcp_server_listed(server_id=row.pk, tools_json=listing.as_json(), instructions=listing.instructions)
+    for path in (scripts, *scripts.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def _is_base64(text: str) -> bool:
@@ -580,7 +622,7 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
     outcome = CaseResult(name)
     try:
         _make_workspace(root, _substitute(case.get("workspace", {}), str(root)))
-        if case.get("commands", False):
+        if case.get("commands", False) or case.get("mcp"):
             folder.chmod(0o711)  # as root, commands run as the sandbox user, who must reach the workspace
             give_to_commands(str(root), sandbox_settings(), prompts.rules_config())
         config = prompts.rules_config(case.get("config"))
@@ -602,6 +644,8 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
                     endpoint.save(update_fields=["context_window", "server_context_window"])
                 endpoint.reads_images, endpoint.server_reads_images = bool(case.get("images", False)), None
                 endpoint.save(update_fields=["reads_images", "server_reads_images"])
+                if case.get("mcp"):
+                    _mcp_servers(folder, case["mcp"], workspace)
                 session = session_start(
                     owner=owner,
                     workspace=workspace,
