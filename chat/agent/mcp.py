@@ -1,6 +1,6 @@
 """Tools from MCP servers, through the official SDK (``mcp``): a server's listing (its tools and instructions) and
-one call, each over a connection of its own to the server's streamable-HTTP endpoint, bounded in time and ended
-by Stop. Async: the worker's reply loop awaits them."""
+one call, each over a connection of its own (to the server's streamable-HTTP endpoint, or to its command started
+in the workspace's sandbox: ``mcp_stdio``), bounded in time and ended by Stop. Async: the worker awaits them."""
 
 from __future__ import annotations
 
