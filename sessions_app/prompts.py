@@ -59,6 +59,7 @@ class LoopSettings:
     image_unreadable_text: str
     image_pixels_text: str
     image_bytes_text: str
+    images_refused_text: str
     answer_room_tokens: int
     bytes_per_token_before_usage: float
     too_large_text: str

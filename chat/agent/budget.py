@@ -23,6 +23,7 @@ from typing import Literal
 from django.utils import timezone
 
 from chat.agent import server_api, windows
+from chat.agent.model import ModelHTTPError
 from sessions_app import prompts
 from sessions_app.models import ChatSession, LastRequest, ModelEndpoint, ModelRequest, RequestStatus
 from sessions_app.selectors.requests import BuiltRequest, build_request, image_spans
@@ -101,12 +102,14 @@ def endpoint_window(
         except server_api.ServerAPIError as error:
             logger.debug("endpoint %s: cannot read the context window: %s", endpoint.name, error)
         else:
+            said = found.vision if found else None
+            learned = endpoint.server_reads_images if endpoint.server_window_url == url else None
             endpoint_window_record(
                 endpoint=endpoint,
                 url=url,
                 tokens=found.tokens if found else None,
                 how=found.how if found else "",
-                vision=found.vision if found else None,
+                vision=said if said is not None else learned,  # a server that says nothing keeps what it showed
             )
     return window_of(endpoint)
 
@@ -118,6 +121,21 @@ def window_learned(endpoint: ModelEndpoint, tokens: int) -> Window:
         endpoint=endpoint, url=endpoint.base_url, tokens=tokens, how="the server's refusal", vision=vision
     )
     return window_of(endpoint)
+
+
+IMAGES_REFUSED = "image input is not supported"  # llama.cpp's answer to an image sent to a server without a projector
+
+
+def images_refused(error: Exception) -> bool:
+    """Whether the server refused a request for the images it carried."""
+    return isinstance(error, ModelHTTPError) and IMAGES_REFUSED in error.excerpt
+
+
+def images_learned(endpoint: ModelEndpoint) -> None:
+    """Keep that the server at the endpoint's URL does not read images, as it showed by refusing them: sessions
+    that start, compact or move to it from now on send it none, whatever staff's setting says."""
+    window = window_of(endpoint)
+    endpoint_window_record(endpoint=endpoint, url=endpoint.base_url, tokens=window.read, how=window.how, vision=False)
 
 
 def window_forget(endpoint: ModelEndpoint) -> None:

@@ -34,7 +34,15 @@ from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
 from chat.agent import placement, server_api
-from chat.agent.budget import RequestCounter, RequestTooLarge, endpoint_window, window_forget, window_learned
+from chat.agent.budget import (
+    RequestCounter,
+    RequestTooLarge,
+    endpoint_window,
+    images_learned,
+    images_refused,
+    window_forget,
+    window_learned,
+)
 from chat.agent.cache_check import CheckSpec, run_check
 from chat.agent.events import (
     BarPlace,
@@ -681,6 +689,8 @@ class ReplyLoop:
             endpoint_window(session.endpoint, model=session.model_name, refresh=True)
         elif isinstance(error, ModelUnavailable):  # it may come back restarted, with another window
             window_forget(session.endpoint)
+        elif images_refused(error):
+            images_learned(session.endpoint)
         if isinstance(error, ModelContextExceeded | ModelUnavailable):
             self._counter = None
         return False
@@ -818,7 +828,8 @@ class ReplyLoop:
         except ModelCancelled as error:
             turn = await store(turn_fail, turn=turn, error=STOPPED, unstored=_partial_text(error), interrupted=True)
         except ModelError as error:
-            turn = await store(turn_fail, turn=turn, error=str(error), unstored=_partial_text(error))
+            said = f"{error} {prompts.loop_settings().images_refused_text}" if images_refused(error) else str(error)
+            turn = await store(turn_fail, turn=turn, error=said, unstored=_partial_text(error))
         except DatabaseError:
             # Postgres went away: where it answers again, the turn ends interrupted with what had streamed;
             # where not, it stays open without a lock, and a worker's sweep ends it so once it is back.

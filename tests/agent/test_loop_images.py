@@ -163,19 +163,29 @@ def test_an_image_that_cannot_be_shown_is_said_and_kept_out(
     assert _messages(vision.requests[0])[1] == {"role": "user", "content": turn.message}
 
 
-def test_a_server_that_refuses_images_fails_the_reply_with_its_words_and_keeps_the_message(
-    blind: ScriptedServer, user: Any, workspace: Workspace
+def test_a_server_that_refuses_images_fails_the_reply_says_what_to_do_and_is_sent_none_again(
+    user: Any, workspace: Workspace
 ) -> None:
-    """Staff said the model reads images where the server does not say; the server refuses: the person's message
-    and picture stay stored, and the reply's error is the server's own."""
-    endpoint = ModelEndpoint.objects.create(
-        name="said", base_url=blind.base_url, model="scripted", context_window=100_000, reads_images=True
-    )
-    assert endpoint.images_read
-    session = _session(user, workspace, endpoint)
-    _attach(session, "shot.png", _png())
-    turn = run(_loop(session).send("Look.", date="2026-12-08")).turn
-    assert turn.status == TurnStatus.FAILED
-    assert NO_VISION in turn.error
-    assert "shown with this message" in turn.message
-    assert turn.uploads.get().image is not None
+    """Staff said the model reads images where the server does not say (no /props); the server refuses: the
+    person's message and picture stay stored, the reply's error is the server's own and says how to go on, and
+    the endpoint is known not to read images from then on, a later window check that says nothing included."""
+    with ScriptedServer(server_api=False, when_empty=Step(fault="http500", text="script exhausted")) as silent:
+        endpoint = ModelEndpoint.objects.create(
+            name="said", base_url=silent.base_url, model="scripted", context_window=100_000, reads_images=True
+        )
+        assert endpoint.images_read
+        session = _session(user, workspace, endpoint)
+        _attach(session, "shot.png", _png())
+        turn = run(_loop(session).send("Look.", date="2026-12-08")).turn
+        assert turn.status == TurnStatus.FAILED
+        assert NO_VISION in turn.error
+        assert turn.error.endswith("compact the session, or retry with another model, to go on without them.")
+        assert "shown with this message" in turn.message
+        assert turn.uploads.get().image is not None
+        endpoint.refresh_from_db()
+        assert endpoint.server_reads_images is False and not endpoint.images_read and endpoint.reads_images
+        endpoint_window(endpoint, refresh=True)
+        endpoint.refresh_from_db()
+        assert not endpoint.images_read, "a server that says nothing keeps what it showed"
+        later = _session(user, workspace, endpoint)
+        assert not Generation.objects.get(session=later).reads_images
